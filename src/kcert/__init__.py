@@ -1,0 +1,55 @@
+"""kcert: certify that a production kernel computes the same thing as its reference kernel.
+
+Three gates (METHOD.md): algebra (same real function), bias (no coherent difference that adds
+up over T steps), variance (no blow-up of the error tail against a float64 oracle).
+
+Names are imported lazily (PEP 562) so that ``import kcert.stats`` and the pytest plugin do not
+pull in torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Axes": "case",
+    "Case": "case",
+    "Custom": "case",
+    "Fixed": "case",
+    "Gaussian": "case",
+    "Integers": "case",
+    "Labels": "case",
+    "Uniform": "case",
+    "AlgebraResult": "certificate",
+    "BiasResult": "certificate",
+    "Certificate": "certificate",
+    "VarianceResult": "certificate",
+    "VarianceThresholds": "certificate",
+    "certify": "certification",
+    "CaseError": "errors",
+    "CaseFileError": "errors",
+    "KcertError": "errors",
+    "KernelError": "errors",
+    "ParameterError": "errors",
+    "RealModeUnsupported": "errors",
+    "semantic_round": "execution.realmode",
+    "BiasThresholds": "stats.bias",
+    "Verdict": "verdict",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kcert' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

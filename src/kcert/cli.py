@@ -1,0 +1,187 @@
+"""Command line: parse, call, render, exit code. Nothing else lives here.
+
+Exit codes: 0 every verdict PASS; 1 any FAIL; 3 a WARN or SKIPPED and no FAIL; 2 a usage or
+input error (it wins over verdicts: a run with an error is not a certification).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape as rich_escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .certificate import Certificate
+from .certification import DEFAULT_HORIZON, certify
+from .errors import KcertError
+from .verdict import Verdict
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_REVIEW = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors exit 2 with the usage line, like argparse, but say kcert
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"kcert: error: {message}\n")
+        raise SystemExit(EXIT_ERROR)
+
+
+def _error(errors: Console, message) -> None:
+    # soft_wrap: an error is one line however narrow the terminal, so it can be grepped and quoted
+    errors.print(f"[bold red]kcert: error:[/] {rich_escape(str(message))}", soft_wrap=True, highlight=False)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    return value
+
+
+def _run_options(p: argparse.ArgumentParser, replicates: int) -> None:
+    p.add_argument("--replicates", "-R", type=_positive_int, default=replicates, metavar="R",
+                   help=f"replicates (default {replicates}); the variance gate may add up to 4x")
+    p.add_argument("--max-replicates", type=_positive_int, default=None, metavar="M",
+                   help="cap for adaptive replicates (default 4 x R)")
+    p.add_argument("--horizon", "-T", type=float, default=DEFAULT_HORIZON, metavar="T",
+                   help=f"horizon in kernel calls (default {DEFAULT_HORIZON:g}, one optimizer step)")
+    p.add_argument("--seed", "-s", type=_positive_int, default=0, metavar="S", help="seed (default 0)")
+    p.add_argument("--device", default="cpu", help="torch device for the case's tensors (default cpu)")
+    p.add_argument("--json", metavar="OUT", help="write the JSON report (kcert.certificate/1); '-' for stdout")
+    p.add_argument("--html", metavar="OUT", help="write an HTML report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kcert", description="Certify that a production kernel computes what its reference computes.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    c = sub.add_parser("certify", help="certify the cases of a case file")
+    c.add_argument("casefile", metavar="CASES.py")
+    c.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    _run_options(c, 1024)
+    d = sub.add_parser("demo", help="certify the embedded Gemma RMSNorm pair, correct and defective")
+    _run_options(d, 1024)
+    return parser
+
+
+def _exit_code(certs: list[Certificate]) -> int:
+    verdicts = [c.verdict for c in certs]
+    if Verdict.FAIL in verdicts:
+        return EXIT_FAIL
+    if any(v is not Verdict.PASS for v in verdicts):
+        return EXIT_REVIEW
+    return EXIT_PASS
+
+
+def _command(args, casefile: str | None, case: str) -> str:
+    words = ["kcert", "certify", casefile, "--case", case] if casefile else ["kcert", "demo"]
+    words += ["--replicates", str(args.replicates), "--horizon", f"{args.horizon:g}", "--seed", str(args.seed)]
+    if args.max_replicates is not None:
+        words += ["--max-replicates", str(args.max_replicates)]
+    if args.device != "cpu":
+        words += ["--device", args.device]
+    return shlex.join(words)
+
+
+def _run(cases, args, casefile: str | None, console: Console, errors: Console) -> tuple[list[Certificate], bool]:
+    certs, failed = [], False
+    for case in cases:
+        progress = Progress(TextColumn(f"[bold]{case.name}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.speed}"),
+                            TimeElapsedColumn(), TimeRemainingColumn(), console=errors, transient=True,
+                            disable=not errors.is_terminal)
+        try:
+            with progress:
+                task = progress.add_task("replicates", total=args.replicates)
+
+                def tick(done, planned):
+                    progress.update(task, completed=done, total=planned)
+
+                cert = certify(case, args.replicates, args.horizon, args.seed, max_replicates=args.max_replicates,
+                               device=args.device, command=_command(args, casefile, case.name), progress=tick)
+        except KcertError as exc:
+            _error(errors, exc)
+            failed = True
+            continue
+        certs.append(cert)
+        from .report.terminal import render
+
+        render(cert, console)
+    return certs, failed
+
+
+def _write_reports(certs: list[Certificate], args, errors: Console) -> None:
+    if not certs:
+        return
+    if args.json:
+        from .report.jsonio import dumps
+
+        text = dumps(certs)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            Path(args.json).write_text(text + "\n", encoding="utf-8")
+            errors.print(f"JSON report: {args.json}", highlight=False)
+    if args.html:
+        from .report.html import render_html
+
+        Path(args.html).write_text(render_html(certs), encoding="utf-8")
+        errors.print(f"HTML report: {args.html}", highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    errors = Console(stderr=True, soft_wrap=False)
+    console = errors if args.json == "-" else Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 132)  # tables stay readable in logs and CI output
+    for flag, value in (("--json", args.json), ("--html", args.html)):
+        if value and value != "-" and not Path(value).resolve().parent.is_dir():
+            _error(errors, f"{flag} {value}: the folder {str(Path(value).resolve().parent)!r} does not exist")
+            return EXIT_ERROR
+    try:
+        if args.command == "demo":
+            from . import demo
+
+            cases, casefile = list(demo.CASES), None
+        else:
+            from .casefile import load_cases
+
+            cases, casefile = load_cases(args.casefile, args.case), args.casefile
+        certs, failed = _run(cases, args, casefile, console, errors)
+    except KcertError as exc:
+        _error(errors, exc)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        errors.print("kcert: interrupted", highlight=False)
+        return 130
+    finally:
+        pass
+    _write_reports(certs, args, errors)
+    if failed:
+        return EXIT_ERROR
+    if args.command == "demo":
+        return _demo_outcome(certs, console)
+    return _exit_code(certs)
+
+
+def _demo_outcome(certs: list[Certificate], console: Console) -> int:
+    from .demo import EXPECTED
+
+    lines, ok = [], True
+    for c in certs:
+        expected = EXPECTED[c.case]
+        gates = ", ".join(f"{g} {v.value}" for g, v in c.gates.items())
+        good = c.verdict.value == expected
+        ok &= good
+        lines.append(f"  {c.case}: {c.verdict.value} (expected {expected}; {gates})")
+    console.print("demo: " + ("both verdicts as expected" if ok else "UNEXPECTED verdicts") + "\n" + "\n".join(lines),
+                  highlight=False)
+    return EXIT_PASS if ok else EXIT_FAIL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Kernel execution: running the callables under test, including real-mode evaluation."""

@@ -1,0 +1,43 @@
+"""Provenance: the hardware and software a certificate was produced on."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+
+import torch
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_environment(device: torch.device) -> dict:
+    env = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "torch_threads": torch.get_num_threads(),
+        "versions": {p: _version(p) for p in ("kcert", "torch", "numpy", "scipy", "rich")},
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        env["gpu"] = torch.cuda.get_device_name(index)
+        env["cuda"] = torch.version.cuda
+    return env

@@ -1,0 +1,1 @@
+"""Gates: wire accumulated execution results to the pure statistics and decide verdicts."""

@@ -1,0 +1,125 @@
+"""Gate 1: do ref and prod compute the same real function? (METHOD.md section 2)
+
+Identity test: evaluate both sides in real mode, in float64 and in float32, on probe draws and on
+wider draws. Rounding discrepancies shrink by ~2**29 from float32 to float64; an algebraic
+difference does not. Verdict per output:
+- PASS when the float64 discrepancy is 0 or shrinks by at least ``rounding_shrink`` (2**19, half
+  the 2**29 gap in orders of magnitude, leaving room for conditioning);
+- FAIL when it does not shrink like rounding and its relative size is at least ``fail_floor``;
+- WARN when it does not shrink but stays below the floor (a tiny algebraic difference, e.g. a
+  truncated constant).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from ..case import Case
+from ..certificate import AlgebraOutputResult, AlgebraResult
+from ..diagnostics import diagnostic
+from ..errors import KernelError, RealModeUnsupported
+from ..execution import probes, seeding
+from ..execution.realmode import run_real
+from ..execution.runner import as_outputs
+from ..verdict import Verdict
+
+FAIL_FLOOR = 1e-9
+ROUNDING_SHRINK = 2.0**19
+
+
+def _relative_discrepancy(a: torch.Tensor, b: torch.Tensor) -> float:
+    a = a.to(torch.float64)
+    b = b.to(torch.float64)
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    if bool(same.all()):
+        return 0.0
+    if bool((~same & ~(torch.isfinite(a) & torch.isfinite(b))).any()):
+        return math.inf
+    diff = float(torch.where(same, 0.0, (a - b).abs()).max())
+    scale = float(a[torch.isfinite(a)].abs().max()) if a.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+def _side(case: Case, role: str) -> tuple[Callable, str]:
+    if role == "ref":
+        return case.ref, "ref in real mode"
+    return case.prod, "prod in real mode"
+
+
+def judge_algebra(case: Case, weights: probes.Draw, seed: int, device, points: int = 8, wide_points: int = 8,
+                  widen: float = 4.0) -> AlgebraResult:
+    sides = {"ref": (case.ref, "ref in real mode", case.oracle, "the given oracle"),
+             "prod": (case.prod, "prod in real mode", case.prod_math, "the given prod_math")}
+    chosen: dict[str, tuple[Callable, str]] = {}
+    skip_reasons = []
+    draws = [probes.draw_inputs(case, seed, i, device, stream=seeding.ALGEBRA, widen=1.0 if i < points else widen)
+             for i in range(points + wide_points)]
+    results: dict[str, dict[torch.dtype, list]] = {}
+    for role, (kernel, kernel_label, math_def, math_label) in sides.items():
+        candidates = [(kernel, kernel_label)] + ([(math_def, math_label)] if math_def is not None else [])
+        last_error = None
+        for fn, label in candidates:
+            try:
+                results[role] = _evaluate(fn, label, draws, weights)
+                chosen[role] = (fn, label)
+                break
+            except RealModeUnsupported as exc:
+                last_error = exc
+        if role not in chosen:
+            what = "a math definition (Case(oracle=...))" if role == "ref" else "a real definition (Case(prod_math=...))"
+            skip_reasons.append(f"{role} cannot run in real mode and no {what} was given: {last_error}")
+
+    if skip_reasons:
+        return AlgebraResult(Verdict.SKIPPED, "; ".join(skip_reasons), "skipped", points, wide_points,
+                             chosen.get("ref", (None, "unavailable"))[1], chosen.get("prod", (None, "unavailable"))[1])
+
+    n_out = len(results["ref"][torch.float64][0])
+    if any(len(o) != n_out for role in results for dt in results[role] for o in results[role][dt]):
+        raise KernelError(f"case {case.name!r}: ref and prod return different numbers of outputs in real mode")
+    outputs = []
+    for j in range(n_out):
+        d = {}
+        for dt in (torch.float64, torch.float32):
+            values = [_relative_discrepancy(a[j], b[j]) for a, b in zip(results["ref"][dt], results["prod"][dt])]
+            if dt == torch.float32:
+                values = [v for v in values if math.isfinite(v)] or [math.inf]
+            d[dt] = max(values)
+        d64, d32 = d[torch.float64], d[torch.float32]
+        shrink = math.inf if d64 == 0 else d32 / d64
+        if d64 == 0 or shrink >= ROUNDING_SHRINK:
+            v = Verdict.PASS
+        elif d64 >= FAIL_FLOOR:
+            v = Verdict.FAIL
+        else:
+            v = Verdict.WARN
+        outputs.append(AlgebraOutputResult(case.output_name(j, n_out), d64, d32, v))
+    verdict = Verdict.worst(o.verdict for o in outputs)
+    worst = max(outputs, key=lambda o: (o.verdict.severity, o.discrepancy_float64))
+    if verdict is Verdict.PASS:
+        reason = (f"real-mode discrepancy {worst.discrepancy_float64:.3g} (float64) vs {worst.discrepancy_float32:.3g} "
+                  f"(float32): shrinks like rounding; same real function on {points + wide_points} points")
+    else:
+        reason = (f"{worst.output}: real-mode relative discrepancy {worst.discrepancy_float64:.3g} in float64 and "
+                  f"{worst.discrepancy_float32:.3g} in float32 (shrink {worst.shrink:.3g}, rounding gives "
+                  f">= {ROUNDING_SHRINK:.3g}): ref and prod compute different real functions")
+    diags = (diagnostic("ill_conditioned_identity", reason),) if verdict is Verdict.WARN else ()
+    return AlgebraResult(verdict, reason, "identity test", points, wide_points, chosen["ref"][1], chosen["prod"][1],
+                         tuple(outputs), FAIL_FLOOR, ROUNDING_SHRINK, diags)
+
+
+def _evaluate(fn: Callable, label: str, draws, weights) -> dict:
+    out = {}
+    for dt in (torch.float64, torch.float32):
+        values = []
+        for i, draw in enumerate(draws):
+            kwargs = {**draw.exact, **weights.exact}
+            try:
+                with torch.no_grad():
+                    values.append(as_outputs(run_real(lambda: fn(**kwargs), dtype=dt, name=label), label, f"algebra point {i}"))
+            except RealModeUnsupported:
+                raise
+        out[dt] = values
+    return out

@@ -1,0 +1,1 @@
+"""Rendering: terminal summary, JSON, HTML. Renderers only read results; they never recompute."""

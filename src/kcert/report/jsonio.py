@@ -1,0 +1,191 @@
+"""The JSON report, schema ``kcert.certificate/1`` (docs/json-schema.md).
+
+Strict JSON has no infinities or NaN: non-finite numbers are written as the strings
+"Infinity", "-Infinity" and "NaN" wherever a number may be non-finite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+
+import numpy as np
+
+from ..certificate import BiasResult, Certificate, VarianceResult
+from ..gates.variance import ASSUMPTIONS
+from ..verdict import Verdict
+
+SCHEMA = "kcert.certificate/1"
+_REASON_CODES = {0: "not_significant", 1: "under_effect_floor", 2: "under_ulp_floor", 3: "attributed_to_ref",
+                 4: "detected", 5: "identical", 6: "untested"}
+_VERDICT_CODES = ("PASS", "WARN", "FAIL")
+
+
+def number(x):
+    """A JSON-safe scalar."""
+    if x is None:
+        return None
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+def numbers(a) -> list:
+    return [number(v) for v in np.asarray(a, np.float64).reshape(-1)]
+
+
+def _bias(b: BiasResult) -> dict:
+    stats = {}
+    for t in b.tests:
+        stats[t.statistic] = {
+            "count": [int(c) for c in t.count],
+            "mean": numbers(t.mean),
+            "std": numbers(t.std),
+            "z": numbers(t.z),
+            "standardized_effect": numbers(t.standardized_effect),
+            "effect_ulp": numbers(t.effect_ulp),
+            "prod_bias_ulp": None if t.prod_bias_ulp is None else numbers(t.prod_bias_ulp),
+            "ref_bias_ulp": None if t.ref_bias_ulp is None else numbers(t.ref_bias_ulp),
+            "verdict": [_VERDICT_CODES[int(v)] for v in t.verdict],
+            "reason": [_REASON_CODES[int(r)] for r in t.reason],
+        }
+    return {
+        "output": b.output,
+        "dtype": b.dtype,
+        "verdict": b.verdict.value,
+        "replicates": b.replicates,
+        "horizon": b.horizon,
+        "thresholds": {"z_star": b.thresholds.z_star, "ulp_floor": b.thresholds.ulp_floor, "s_min": b.s_min,
+                       "power": b.thresholds.power},
+        "familywise_error_bound": number(b.familywise_error_bound),
+        "min_detectable_effect": number(b.min_detectable_effect),
+        "horizon_covered": number(b.horizon_covered),
+        "replicates_for_horizon": b.replicates_for_horizon,
+        "attribution": b.attribution,
+        "failing_buckets": b.count(Verdict.FAIL),
+        "warning_buckets": b.count(Verdict.WARN),
+        "nonfinite": {"prod": b.nonfinite_prod, "ref": b.nonfinite_ref, "replicates": list(b.nonfinite_replicates)},
+        "buckets": {"count": b.buckets, "labels": list(b.bucket_labels),
+                    "reference_magnitude": numbers(b.reference_magnitude), "ulp": numbers(b.ulp)},
+        "statistics": stats,
+        "findings": [_finding(f) for f in b.findings(limit=50)],
+        "diagnostics": [d.to_dict() for d in b.diagnostics],
+    }
+
+
+def _finding(f) -> dict:
+    d = asdict(f)
+    d["verdict"] = f.verdict.value
+    for key, value in d.items():
+        if isinstance(value, float):
+            d[key] = number(value)
+    return d
+
+
+def _variance(v: VarianceResult) -> dict:
+    t = v.tail
+    tail = None
+    if t is not None:
+        tail = {
+            "threshold": number(t.threshold),
+            "threshold_quantile": t.threshold_quantile,
+            "exceedances": t.n_exceedances,
+            "exceedance_rate": number(t.exceedance_rate),
+            "shape": number(t.shape),
+            "scale": number(t.scale),
+            "shape_unconstrained": number(t.shape_unconstrained),
+            "scale_unconstrained": number(t.scale_unconstrained),
+            "shape_bounds": [number(x) for x in t.shape_bounds],
+            "return_level": number(t.return_level),
+            "standard_error": number(t.standard_error),
+            "upper_bound": number(t.upper_bound),
+            "horizon_too_short": bool(t.horizon_too_short),
+            "bootstrap": t.bootstrap,
+            "assumptions": list(ASSUMPTIONS),
+        }
+    return {
+        "output": v.output,
+        "dtype": v.dtype,
+        "verdict": v.verdict.value,
+        "reason": v.reason,
+        "horizon": v.horizon,
+        "thresholds": {"warn": v.thresholds.warn, "fail": v.thresholds.fail,
+                       "threshold_quantile": v.thresholds.threshold_quantile,
+                       "min_exceedances": v.thresholds.min_exceedances, "bootstrap": v.thresholds.bootstrap},
+        "replicates": v.replicates,
+        "looks": list(v.looks),
+        "k": {
+            "zero": v.n_zero, "positive": v.n_positive, "infinite": v.n_infinite, "undefined": v.n_undefined,
+            "quantiles": {str(q): number(x) for q, x in v.quantiles().items()},
+            "values": numbers(v.amplification),
+        },
+        "errors": {"prod": numbers(v.error_prod), "ref": numbers(v.error_ref), "epsilon": numbers(v.epsilon)},
+        "tail": tail,
+        "diagnostics": [d.to_dict() for d in v.diagnostics],
+    }
+
+
+def to_dict(cert: Certificate) -> dict:
+    a = cert.algebra
+    gates = cert.gates
+    bias = {"verdict": gates["bias"].value, "outputs": [_bias(b) for b in cert.bias]}
+    if cert.bias_skipped_reason:
+        bias["reason"] = cert.bias_skipped_reason
+    variance = {"verdict": gates["variance"].value, "outputs": [_variance(v) for v in cert.variance]}
+    if cert.variance_skipped_reason:
+        variance["reason"] = cert.variance_skipped_reason
+    p = cert.provenance
+    return {
+        "schema": SCHEMA,
+        "case": cert.case,
+        "description": cert.description,
+        "verdict": cert.verdict.value,
+        "gates": {
+            "algebra": {
+                "verdict": a.verdict.value,
+                "reason": a.reason,
+                "level": a.level,
+                "points": a.points,
+                "wide_points": a.wide_points,
+                "ref_side": a.ref_side,
+                "prod_side": a.prod_side,
+                "fail_floor": a.fail_floor,
+                "rounding_shrink": a.rounding_shrink,
+                "outputs": [
+                    {"output": o.output, "discrepancy_float64": number(o.discrepancy_float64),
+                     "discrepancy_float32": number(o.discrepancy_float32), "shrink": number(o.shrink),
+                     "verdict": o.verdict.value}
+                    for o in a.outputs
+                ],
+                "diagnostics": [d.to_dict() for d in a.diagnostics],
+            },
+            "bias": bias,
+            "variance": variance,
+        },
+        "outputs": [
+            {"name": o.name, "shape": list(o.shape), "dtype": o.dtype, "prod_dtype": o.prod_dtype,
+             "buckets": o.buckets, "bucketing": o.bucketing}
+            for o in cert.outputs
+        ],
+        "provenance": {
+            "seed": p.seed,
+            "replicates": p.replicates,
+            "max_replicates": p.max_replicates,
+            "horizon": p.horizon,
+            "dtype": p.dtype,
+            "device": p.device,
+            "probes": p.probes,
+            "command": p.command,
+            "environment": p.environment,
+            "date": p.date,
+            "wall_time_s": p.wall_time_s,
+        },
+    }
+
+
+def dumps(certs: list[Certificate]) -> str:
+    """One object for one case, an array when several cases ran."""
+    payload = to_dict(certs[0]) if len(certs) == 1 else [to_dict(c) for c in certs]
+    return json.dumps(payload, indent=1, allow_nan=False)

@@ -1,0 +1,73 @@
+"""The one place that turns results into sentences (DESIGN.md convention 6): what was compared,
+how many buckets or replicates failed, the worst one and where, and what was allowed."""
+
+from __future__ import annotations
+
+from ..certificate import BiasResult, Certificate, VarianceResult
+from ..verdict import Verdict
+
+MEANING = {
+    Verdict.PASS: "not detected under this probe (automatic release)",
+    Verdict.WARN: "needs a human numerical review",
+    Verdict.FAIL: "blocks the migration",
+    Verdict.SKIPPED: "gate could not run",
+}
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.{digits}g}"
+
+
+def bias_sentence(b: BiasResult) -> str:
+    fails, warns = b.count(Verdict.FAIL), b.count(Verdict.WARN)
+    head = f"{b.output}: {fails} of {b.buckets} buckets FAIL, {warns} WARN over {b.replicates} replicates"
+    parts = [head]
+    if b.nonfinite_prod:
+        parts.append(f"prod non-finite where ref is finite in {b.nonfinite_prod} elements "
+                     f"(replicates {list(b.nonfinite_replicates)})")
+    if b.nonfinite_ref:
+        parts.append(f"ref non-finite where prod is finite in {b.nonfinite_ref} elements")
+    worst = b.findings(limit=1)
+    if worst:
+        f = worst[0]
+        parts.append(
+            f"worst {f.label} ({f.statistic}): {f.direction} by {f.effect_ulp:.3g} ULP "
+            f"(mean {f.mean:.3g}, ULP {f.ulp:.3g} at |ref| {f.reference_magnitude:.3g}), z = {f.z:+.3g}, "
+            f"effect {f.standardized_effect:.3g} sd; {f.reason}"
+        )
+        parts.append(
+            f"allowed: |z| <= {b.thresholds.z_star:g} or |mean| <= {b.thresholds.ulp_floor:g} ULP "
+            f"or |mean|/s <= {b.s_min:.3g}"
+        )
+    return "; ".join(parts)
+
+
+def variance_sentence(v: VarianceResult) -> str:
+    head = (f"{v.output}: K over {v.replicates} replicates: {v.n_zero} zero, {v.n_positive} positive, "
+            f"{v.n_infinite} infinite")
+    if v.n_undefined:
+        head += f", {v.n_undefined} undefined"
+    return f"{head}; {v.reason}"
+
+
+def gate_sentences(cert: Certificate, gate: str) -> list[str]:
+    if gate == "algebra":
+        return [cert.algebra.reason]
+    if gate == "bias":
+        return [cert.bias_skipped_reason] if cert.bias_skipped_reason else [bias_sentence(b) for b in cert.bias]
+    if cert.variance_skipped_reason:
+        return [cert.variance_skipped_reason]
+    return [variance_sentence(v) for v in cert.variance]
+
+
+def failure_message(cert: Certificate) -> str:
+    """Multi-line explanation of a non-PASS certificate, with the command that reproduces it."""
+    lines = [f"kcert: case {cert.case!r} is {cert.verdict.value}: {MEANING[cert.verdict]}"]
+    for gate, verdict in cert.gates.items():
+        if verdict is not Verdict.PASS:
+            for sentence in gate_sentences(cert, gate):
+                lines.append(f"  {gate} {verdict.value}: {sentence}")
+    lines.append(f"  reproduce: {cert.provenance.command}")
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""Bias test per bucket (METHOD.md section 3): is prod - ref coherently non-zero?
+
+Input: per-bucket moments over replicates of one statistic (the replicate is the unit),
+the bucket's true ULP, and optionally the biases of prod and ref against the float64 oracle
+for attribution. Output: z, standardized effect, effect in ULP and a verdict per bucket.
+
+Rules, per bucket and statistic:
+- FAIL when |z| > z*, |mean|/s > s_min and |mean| > c * ulp, and the bias is not
+  attributable to ref alone (prod's own bias against the oracle is above the ULP floor too);
+- WARN when significant (|z| > z*) but under the effect or ULP floor, or attributed to ref;
+- PASS otherwise: "not detected", never "proved equal".
+s == 0 is its own case: all differences identical; zero mean is PASS, a non-zero constant is
+a bias with no noise, judged by the ULP floor alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+PASS, WARN, FAIL = 0, 1, 2
+
+# Reasons attached to each bucket verdict (integer codes keep results array-shaped).
+NOT_SIGNIFICANT = 0
+UNDER_EFFECT_FLOOR = 1
+UNDER_ULP_FLOOR = 2
+ATTRIBUTED_TO_REF = 3
+DETECTED = 4
+IDENTICAL = 5
+UNTESTED = 6
+REASON_TEXT = {
+    NOT_SIGNIFICANT: "not significant",
+    UNDER_EFFECT_FLOOR: "significant, standardized effect under s_min",
+    UNDER_ULP_FLOOR: "significant, under the ULP floor",
+    ATTRIBUTED_TO_REF: "significant, but prod is within the ULP floor of the oracle: the bias is ref's",
+    DETECTED: "coherent bias",
+    IDENTICAL: "all differences zero",
+    UNTESTED: "fewer than 2 replicates populated this bucket",
+}
+
+
+@dataclass(frozen=True)
+class BiasThresholds:
+    """Decision thresholds of the bias gate.
+
+    ``ulp_floor`` (c) is in true ULPs at the bucket's mean reference magnitude; 0.25 separates the
+    Gemma (1+w)-in-bf16 defect from single-vs-double rounding and fused epilogues (docs/method.md).
+    ``min_standardized_effect`` (s_min) defaults to the harm boundary T**-0.5 of the horizon.
+    """
+
+    z_star: float = 5.0
+    ulp_floor: float = 0.25
+    min_standardized_effect: float | None = None
+    power: float = 0.8
+
+    def s_min(self, horizon: float) -> float:
+        if self.min_standardized_effect is not None:
+            return self.min_standardized_effect
+        return float(horizon) ** -0.5
+
+
+@dataclass(frozen=True)
+class BucketTestResult:
+    """One statistic (raw or sign-aligned mean difference) tested over every bucket."""
+
+    statistic: str
+    count: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    z: np.ndarray
+    standardized_effect: np.ndarray
+    effect_ulp: np.ndarray
+    prod_bias_ulp: np.ndarray | None
+    ref_bias_ulp: np.ndarray | None
+    verdict: np.ndarray
+    reason: np.ndarray
+
+    @property
+    def tested(self) -> int:
+        return int(np.sum(self.count >= 2))
+
+    def confidence_interval(self, level: float = 0.999) -> tuple[np.ndarray, np.ndarray]:
+        """Normal-theory interval for each bucket's mean difference."""
+        from scipy.stats import norm
+
+        half = norm.ppf(0.5 + level / 2) * self.std / np.sqrt(np.maximum(self.count, 1))
+        return self.mean - half, self.mean + half
+
+
+def judge_buckets(
+    statistic: str,
+    count: np.ndarray,
+    mean: np.ndarray,
+    std: np.ndarray,
+    ulp: np.ndarray,
+    thresholds: BiasThresholds,
+    horizon: float,
+    prod_bias: np.ndarray | None = None,
+    ref_bias: np.ndarray | None = None,
+) -> BucketTestResult:
+    """Apply the three FAIL rules (and attribution) to every bucket of one statistic."""
+    count = np.asarray(count, np.int64)
+    mean = np.asarray(mean, np.float64)
+    std = np.asarray(std, np.float64)
+    ulp = np.asarray(ulp, np.float64)
+    tested = count >= 2
+    # A spread this small against the mean is float64 noise from accumulating identical values.
+    zero_var = tested & ((std == 0) | (std <= 1e-12 * np.abs(mean)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(zero_var, np.sign(mean) * np.inf, np.sqrt(count) * mean / std)
+        rho = np.where(zero_var, np.where(mean == 0, 0.0, np.inf), np.abs(mean) / std)
+        effect_ulp = np.abs(mean) / ulp
+    z = np.where(zero_var & (mean == 0), 0.0, z)
+    z = np.where(tested, z, 0.0)
+    rho = np.where(tested, rho, 0.0)
+
+    significant = tested & (np.abs(z) > thresholds.z_star)
+    above_effect = rho > thresholds.s_min(horizon)
+    above_ulp = effect_ulp > thresholds.ulp_floor
+    prod_bias_ulp = ref_bias_ulp = None
+    prod_clear = np.zeros_like(significant)
+    if prod_bias is not None and ref_bias is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            prod_bias_ulp = np.asarray(prod_bias, np.float64) / ulp
+            ref_bias_ulp = np.asarray(ref_bias, np.float64) / ulp
+        prod_clear = np.abs(prod_bias_ulp) <= thresholds.ulp_floor
+
+    reason = np.full(mean.shape, NOT_SIGNIFICANT, np.int8)
+    reason[significant & ~above_effect] = UNDER_EFFECT_FLOOR
+    reason[significant & above_effect & ~above_ulp] = UNDER_ULP_FLOOR
+    detected = significant & above_effect & above_ulp
+    reason[detected & prod_clear] = ATTRIBUTED_TO_REF
+    reason[detected & ~prod_clear] = DETECTED
+    reason[zero_var & (mean == 0)] = IDENTICAL
+    reason[~tested] = UNTESTED
+
+    verdict = np.where(reason == DETECTED, FAIL, np.where(significant, WARN, PASS)).astype(np.int8)
+    return BucketTestResult(
+        statistic=statistic,
+        count=count,
+        mean=mean,
+        std=std,
+        z=z,
+        standardized_effect=rho,
+        effect_ulp=effect_ulp,
+        prod_bias_ulp=prod_bias_ulp,
+        ref_bias_ulp=ref_bias_ulp,
+        verdict=verdict,
+        reason=reason,
+    )

@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from kcert.stats import power
+from kcert.stats.bias import (
+    ATTRIBUTED_TO_REF,
+    DETECTED,
+    FAIL,
+    IDENTICAL,
+    PASS,
+    UNDER_EFFECT_FLOOR,
+    UNDER_ULP_FLOOR,
+    UNTESTED,
+    WARN,
+    BiasThresholds,
+    judge_buckets,
+)
+
+T = 6.25e5
+
+
+def _judge(count, mean, std, ulp=1.0, thresholds=BiasThresholds(), prod=None, ref=None):
+    n = len(mean)
+    return judge_buckets("raw", np.full(n, count) if np.isscalar(count) else count, np.array(mean, float),
+                         np.array(std, float), np.full(n, ulp), thresholds, T, prod, ref)
+
+
+def test_z_and_effects_are_the_closed_forms():
+    r = _judge(1024, [0.5, -0.01, 0.0], [2.0, 1.0, 1.0])
+    np.testing.assert_allclose(r.z, [32 * 0.25, -32 * 0.01, 0.0])
+    np.testing.assert_allclose(r.standardized_effect, [0.25, 0.01, 0.0])
+    np.testing.assert_allclose(r.effect_ulp, [0.5, 0.01, 0.0])
+
+
+def test_three_rules_give_fail_warn_pass():
+    th = BiasThresholds(z_star=5, ulp_floor=0.25, min_standardized_effect=0.1)
+    # significant, rho 0.5 > 0.1, 1 ULP > 0.25: FAIL
+    # significant (z = 6), rho 0.06 < 0.1 (under effect floor): WARN
+    # significant, 0.2 ULP < 0.25: WARN
+    # not significant: PASS
+    r = _judge(10_000, [1.0, 0.06, 0.2, 0.001], [2.0, 1.0, 0.1, 1.0], thresholds=th)
+    assert list(r.verdict) == [FAIL, WARN, WARN, PASS]
+    assert list(r.reason) == [DETECTED, UNDER_EFFECT_FLOOR, UNDER_ULP_FLOOR, 0]
+
+
+def test_zero_variance_is_its_own_case():
+    r = _judge(100, [0.0, 0.5, 0.1], [0.0, 0.0, 0.0])
+    # identical differences: PASS; a constant bias above the floor: FAIL; below: WARN
+    assert list(r.verdict) == [PASS, FAIL, WARN]
+    assert r.reason[0] == IDENTICAL
+    assert np.isinf(r.z[1]) and r.z[0] == 0.0
+
+
+def test_untested_buckets_and_attribution():
+    r = _judge(np.array([1, 1024]), [1.0, 1.0], [0.1, 0.1])
+    assert r.reason[0] == UNTESTED and r.verdict[0] == PASS and r.verdict[1] == FAIL
+    # prod within the floor of the oracle: the bias is ref's; WARN not FAIL
+    r = _judge(1024, [1.0, 1.0], [0.1, 0.1], prod=np.array([0.1, 0.9]), ref=np.array([-0.9, -0.1]))
+    assert list(r.reason) == [ATTRIBUTED_TO_REF, DETECTED]
+    assert list(r.verdict) == [WARN, FAIL]
+
+
+def test_default_s_min_is_the_harm_boundary():
+    assert BiasThresholds().s_min(T) == pytest.approx(T**-0.5)
+    assert BiasThresholds(min_standardized_effect=0.2).s_min(T) == 0.2
+
+
+def test_power_and_fwer_closed_forms():
+    margin = 5 + norm.ppf(0.8)
+    assert power.min_detectable_effect(1024, 5) == pytest.approx(margin / 32)
+    assert power.horizon_covered(1024, 5) == pytest.approx(1024 / margin**2)
+    assert power.replicates_needed(T, 5) == int(np.ceil(margin**2 * T))
+    assert power.familywise_error_bound(256, 5) == pytest.approx(2 * 256 * norm.sf(5))
+    assert power.familywise_error_bound(10**9, 5) == 1.0
+    with pytest.raises(ValueError, match="power must lie in"):
+        power.horizon_covered(10, 5, power=1.0)
+
+
+def test_confidence_interval_contains_mean():
+    r = _judge(400, [1.0], [2.0])
+    lo, hi = r.confidence_interval(0.95)
+    assert lo[0] == pytest.approx(1.0 - 1.959963984540054 * 0.1)
+    assert hi[0] == pytest.approx(1.0 + 1.959963984540054 * 0.1)
