@@ -9,6 +9,7 @@ from kcert.stats.bias import (
     FAIL,
     IDENTICAL,
     PASS,
+    PROD_UNDER_FLOOR,
     UNDER_EFFECT_FLOOR,
     UNDER_ULP_FLOOR,
     UNTESTED,
@@ -55,10 +56,18 @@ def test_zero_variance_is_its_own_case():
 def test_untested_buckets_and_attribution():
     r = _judge(np.array([1, 1024]), [1.0, 1.0], [0.1, 0.1])
     assert r.reason[0] == UNTESTED and r.verdict[0] == PASS and r.verdict[1] == FAIL
-    # prod within the floor of the oracle: the bias is ref's; WARN not FAIL
-    r = _judge(1024, [1.0, 1.0], [0.1, 0.1], prod=np.array([0.1, 0.9]), ref=np.array([-0.9, -0.1]))
-    assert list(r.reason) == [ATTRIBUTED_TO_REF, DETECTED]
-    assert list(r.verdict) == [WARN, FAIL]
+    # prod within the floor of the oracle and no more biased than ref: the bias is ref's (PASS);
+    # prod within the floor but more biased than ref: WARN; prod's own bias above the floor: FAIL
+    r = _judge(1024, [1.0, 1.0, 1.0], [0.1, 0.1, 0.1], prod=np.array([0.1, 0.2, 0.9]),
+               ref=np.array([-0.9, -0.1, -0.1]))
+    assert list(r.reason) == [ATTRIBUTED_TO_REF, PROD_UNDER_FLOOR, DETECTED]
+    assert list(r.verdict) == [PASS, WARN, FAIL]
+    # a significant bias under the floor that is ref's is PASS too; without attribution, WARN
+    r = _judge(1024, [0.1], [0.1], prod=np.array([0.0]), ref=np.array([-0.1]))
+    assert r.reason[0] == ATTRIBUTED_TO_REF and r.verdict[0] == PASS
+    r = _judge(1024, [0.1], [0.1], thresholds=BiasThresholds(attribution=False), prod=np.array([0.0]),
+               ref=np.array([-0.1]))
+    assert r.reason[0] == UNDER_ULP_FLOOR and r.verdict[0] == WARN and r.prod_bias_ulp is None
 
 
 def test_default_s_min_is_the_harm_boundary():

@@ -9,6 +9,8 @@ import torch
 import kcert
 from kcert import demo
 from kcert.execution.runner import Runner
+from kcert.gates.bias import rejudge
+from kcert.stats.bias import REPORT_RULES
 from kcert.report.jsonio import to_dict
 
 from kernels import rmsnorm_ref
@@ -34,6 +36,9 @@ def test_demo_pair_verdicts_and_the_reports_point():
     assert worst.statistic == "sign_aligned" and worst.effect_ulp > 0.5
     # attribution: the bias is prod's, not ref's
     assert abs(worst.prod_bias_ulp) > 0.5 > abs(worst.ref_bias_ulp)
+    # under the report's rules (raw mean, c = 1 ULP) the same evidence only WARNs
+    assert rejudge(bad.bias[0], REPORT_RULES).verdict is kcert.Verdict.WARN
+    assert rejudge(bad.bias[0], kcert.BiasThresholds()).verdict is kcert.Verdict.FAIL
 
 
 def test_same_seed_same_certificate_and_other_seed_differs(small_case):

@@ -67,12 +67,13 @@ class BucketFinding:
     ref_bias_ulp: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BiasResult:
     """Gate 2 for one output."""
 
     output: str
     dtype: str
+    prod_dtype: str
     verdict: Verdict
     thresholds: BiasThresholds
     horizon: float
@@ -89,7 +90,9 @@ class BiasResult:
     nonfinite_prod: int
     nonfinite_ref: int
     nonfinite_replicates: tuple[int, ...]
-    attribution: bool
+    attribution: bool  # the verdicts used the oracle to split biases into prod's and ref's
+    oracle: bool  # an oracle was available (attribution possible under other thresholds)
+    moments: dict  # row -> (count, mean, std) per bucket: the evidence, kept for rejudging
     diagnostics: tuple[Diagnostic, ...] = ()
 
     @property

@@ -30,7 +30,8 @@ CATALOGUE = {
         "widen the probe (e.g. router logits that reach every expert) or raise --replicates",
     ),
     "attributed_to_ref": (
-        "a significant bias lies in ref, not in prod: prod is within the ULP floor of the oracle",
+        "significant prod-ref biases that are ref's: prod is within the ULP floor of the oracle and no more "
+        "biased than ref there (judged PASS)",
         "no action for the migration; the reference itself carries the bias",
     ),
     "nonfinite_prod": (

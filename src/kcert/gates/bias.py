@@ -12,31 +12,56 @@ from ..stats.bias import FAIL, IDENTICAL, UNTESTED, WARN, ATTRIBUTED_TO_REF, Bia
 from ..stats.ulp import ulp
 from ..verdict import Verdict
 
-STATISTICS = ("raw", "sign_aligned")
 
 
 def judge_bias(acc: OutputAccumulator, thresholds: BiasThresholds, horizon: float, attribution: bool) -> BiasResult:
+    """Judge one output's accumulated moments. The result keeps the moments, so it can be judged
+    again under other thresholds (``rejudge``) without running a kernel."""
     layout = acc.layout
-    replicates = len(acc.replicate)
-    magnitude = acc.moments["magnitude"].mean
-    bucket_ulp = np.asarray(ulp(magnitude, layout.dtype_name), np.float64).reshape(-1)
+    moments = {row: (m.count.copy(), m.mean.copy(), m.std()) for row, m in acc.moments.items()}
+    return _judge(
+        output=layout.name,
+        dtype=layout.dtype_name,
+        prod_dtype=str(layout.prod_dtype).removeprefix("torch."),
+        labels=tuple(layout.bucket_label(g) for g in range(acc.moments["raw"].size)),
+        moments=moments,
+        replicates=len(acc.replicate),
+        nonfinite=(acc.nonfinite_prod, acc.nonfinite_ref, tuple(acc.nonfinite_replicates)),
+        thresholds=thresholds,
+        horizon=horizon,
+        oracle=attribution,
+    )
+
+
+def rejudge(result: BiasResult, thresholds: BiasThresholds) -> BiasResult:
+    """The same evidence judged under other thresholds (e.g. the report's rules)."""
+    return _judge(result.output, result.dtype, result.prod_dtype, result.bucket_labels, result.moments,
+                  result.replicates, (result.nonfinite_prod, result.nonfinite_ref, result.nonfinite_replicates),
+                  thresholds, result.horizon, result.oracle)
+
+
+def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, thresholds, horizon, oracle) -> BiasResult:
+    nonfinite_prod, nonfinite_ref, nonfinite_replicates = nonfinite
+    magnitude = moments["magnitude"][1]
+    bucket_ulp = np.asarray(ulp(magnitude, dtype), np.float64).reshape(-1)
+    attribution = oracle and thresholds.attribution
     tests = []
-    for stat in STATISTICS:
-        m = acc.moments[stat]
-        prod_bias = acc.moments[f"prod_{stat}"].mean if attribution else None
-        ref_bias = acc.moments[f"ref_{stat}"].mean if attribution else None
-        tests.append(judge_buckets(stat, m.count, m.mean, m.std(), bucket_ulp, thresholds, horizon, prod_bias, ref_bias))
+    for stat in ("raw", "sign_aligned") if thresholds.sign_aligned else ("raw",):
+        count, mean, std = moments[stat]
+        prod_bias = moments[f"prod_{stat}"][1] if attribution else None
+        ref_bias = moments[f"ref_{stat}"][1] if attribution else None
+        tests.append(judge_buckets(stat, count, mean, std, bucket_ulp, thresholds, horizon, prod_bias, ref_bias))
     tests = tuple(tests)
 
     codes = np.max(np.stack([t.verdict for t in tests]), axis=0) if bucket_ulp.size else np.zeros(0)
     verdict = Verdict.FAIL if np.any(codes == FAIL) else Verdict.WARN if np.any(codes == WARN) else Verdict.PASS
     diags = []
-    if acc.nonfinite_prod:
+    if nonfinite_prod:
         verdict = Verdict.FAIL
-        diags.append(diagnostic("nonfinite_prod", f"{acc.nonfinite_prod} elements in replicates {acc.nonfinite_replicates}"))
-    if acc.nonfinite_ref:
+        diags.append(diagnostic("nonfinite_prod", f"{nonfinite_prod} elements in replicates {list(nonfinite_replicates)}"))
+    if nonfinite_ref:
         verdict = Verdict.worst([verdict, Verdict.WARN])
-        diags.append(diagnostic("nonfinite_ref", f"{acc.nonfinite_ref} elements in replicates {acc.nonfinite_replicates}"))
+        diags.append(diagnostic("nonfinite_ref", f"{nonfinite_ref} elements in replicates {list(nonfinite_replicates)}"))
 
     tested = int(sum(t.tested for t in tests))
     reasons = np.stack([t.reason for t in tests]) if tests else np.zeros((0, 0))
@@ -58,18 +83,18 @@ def judge_bias(acc: OutputAccumulator, thresholds: BiasThresholds, horizon: floa
     to_ref = int(np.sum(np.any(reasons == ATTRIBUTED_TO_REF, axis=0))) if reasons.size else 0
     if to_ref:
         diags.append(diagnostic("attributed_to_ref", f"{to_ref} buckets"))
-    if layout.prod_dtype != layout.dtype:
-        prod_dtype = str(layout.prod_dtype).removeprefix("torch.")
-        diags.append(diagnostic("output_dtype_differs", f"prod {prod_dtype}, ref {layout.dtype_name}"))
+    if prod_dtype != dtype:
+        diags.append(diagnostic("output_dtype_differs", f"prod {prod_dtype}, ref {dtype}"))
 
     return BiasResult(
-        output=layout.name,
-        dtype=layout.dtype_name,
+        output=output,
+        dtype=dtype,
+        prod_dtype=prod_dtype,
         verdict=verdict,
         thresholds=thresholds,
         horizon=horizon,
         replicates=replicates,
-        bucket_labels=tuple(layout.bucket_label(g) for g in range(bucket_ulp.size)),
+        bucket_labels=tuple(labels),
         reference_magnitude=magnitude,
         ulp=bucket_ulp,
         tests=tests,
@@ -78,10 +103,12 @@ def judge_bias(acc: OutputAccumulator, thresholds: BiasThresholds, horizon: floa
         horizon_covered=covered,
         replicates_for_horizon=needed,
         s_min=thresholds.s_min(horizon),
-        nonfinite_prod=acc.nonfinite_prod,
-        nonfinite_ref=acc.nonfinite_ref,
-        nonfinite_replicates=tuple(acc.nonfinite_replicates),
+        nonfinite_prod=nonfinite_prod,
+        nonfinite_ref=nonfinite_ref,
+        nonfinite_replicates=tuple(nonfinite_replicates),
         attribution=attribution,
+        oracle=oracle,
+        moments=moments,
         diagnostics=tuple(diags),
     )
 

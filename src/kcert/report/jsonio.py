@@ -18,7 +18,7 @@ from ..verdict import Verdict
 
 SCHEMA = "kcert.certificate/1"
 _REASON_CODES = {0: "not_significant", 1: "under_effect_floor", 2: "under_ulp_floor", 3: "attributed_to_ref",
-                 4: "detected", 5: "identical", 6: "untested"}
+                 4: "detected", 5: "identical", 6: "untested", 7: "prod_under_floor"}
 _VERDICT_CODES = ("PASS", "WARN", "FAIL")
 
 

@@ -2,15 +2,20 @@
 
 Input: per-bucket moments over replicates of one statistic (the replicate is the unit),
 the bucket's true ULP, and optionally the biases of prod and ref against the float64 oracle
-for attribution. Output: z, standardized effect, effect in ULP and a verdict per bucket.
+for attribution (METHOD.md section 8). Output: z, standardized effect, effect in ULP and a
+verdict per bucket.
 
 Rules, per bucket and statistic:
-- FAIL when |z| > z*, |mean|/s > s_min and |mean| > c * ulp, and the bias is not
-  attributable to ref alone (prod's own bias against the oracle is above the ULP floor too);
-- WARN when significant (|z| > z*) but under the effect or ULP floor, or attributed to ref;
+- FAIL when |z| > z*, |mean|/s > s_min and |mean| > c * ulp, and prod's own bias against the
+  oracle is above the ULP floor too (the bias is not ref's alone);
+- PASS (attributed to ref) when significant but prod's own bias against the oracle is within the
+  ULP floor and no larger than ref's: prod is at least as accurate as ref in this bucket, the
+  difference is the reference's rounding, not a migration defect;
+- WARN when otherwise significant (|z| > z*) but under the effect or ULP floor;
 - PASS otherwise: "not detected", never "proved equal".
 s == 0 is its own case: all differences identical; zero mean is PASS, a non-zero constant is
 a bias with no noise, judged by the ULP floor alone.
+Without an oracle there is no attribution and the rules are the report's.
 """
 
 from __future__ import annotations
@@ -29,14 +34,16 @@ ATTRIBUTED_TO_REF = 3
 DETECTED = 4
 IDENTICAL = 5
 UNTESTED = 6
+PROD_UNDER_FLOOR = 7
 REASON_TEXT = {
     NOT_SIGNIFICANT: "not significant",
     UNDER_EFFECT_FLOOR: "significant, standardized effect under s_min",
     UNDER_ULP_FLOOR: "significant, under the ULP floor",
-    ATTRIBUTED_TO_REF: "significant, but prod is within the ULP floor of the oracle: the bias is ref's",
+    ATTRIBUTED_TO_REF: "significant, but the bias is ref's: prod is within the ULP floor of the oracle and no more biased than ref",
     DETECTED: "coherent bias",
     IDENTICAL: "all differences zero",
     UNTESTED: "fewer than 2 replicates populated this bucket",
+    PROD_UNDER_FLOOR: "above the floor against ref, but prod's own bias against the oracle is under the ULP floor",
 }
 
 
@@ -53,11 +60,17 @@ class BiasThresholds:
     ulp_floor: float = 0.25
     min_standardized_effect: float | None = None
     power: float = 0.8
+    sign_aligned: bool = True  # also test mean((prod - ref) * sign(ref)) per bucket
+    attribution: bool = True  # split a bias into prod's and ref's through the oracle
 
     def s_min(self, horizon: float) -> float:
         if self.min_standardized_effect is not None:
             return self.min_standardized_effect
         return float(horizon) ** -0.5
+
+
+# The technical report's rules: raw mean only, c = 1 ULP, no attribution (for comparison tables).
+REPORT_RULES = BiasThresholds(ulp_floor=1.0, sign_aligned=False, attribution=False)
 
 
 @dataclass(frozen=True)
@@ -119,23 +132,27 @@ def judge_buckets(
     above_effect = rho > thresholds.s_min(horizon)
     above_ulp = effect_ulp > thresholds.ulp_floor
     prod_bias_ulp = ref_bias_ulp = None
-    prod_clear = np.zeros_like(significant)
-    if prod_bias is not None and ref_bias is not None:
+    prod_clear = np.zeros_like(significant)  # prod within the floor of the oracle
+    prod_no_worse = np.zeros_like(significant)  # ... and no more biased than ref
+    if thresholds.attribution and prod_bias is not None and ref_bias is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
             prod_bias_ulp = np.asarray(prod_bias, np.float64) / ulp
             ref_bias_ulp = np.asarray(ref_bias, np.float64) / ulp
         prod_clear = np.abs(prod_bias_ulp) <= thresholds.ulp_floor
+        prod_no_worse = prod_clear & (np.abs(prod_bias_ulp) <= np.abs(ref_bias_ulp))
 
     reason = np.full(mean.shape, NOT_SIGNIFICANT, np.int8)
     reason[significant & ~above_effect] = UNDER_EFFECT_FLOOR
     reason[significant & above_effect & ~above_ulp] = UNDER_ULP_FLOOR
     detected = significant & above_effect & above_ulp
-    reason[detected & prod_clear] = ATTRIBUTED_TO_REF
+    reason[detected & prod_clear] = PROD_UNDER_FLOOR
     reason[detected & ~prod_clear] = DETECTED
+    reason[significant & prod_no_worse] = ATTRIBUTED_TO_REF
     reason[zero_var & (mean == 0)] = IDENTICAL
     reason[~tested] = UNTESTED
 
-    verdict = np.where(reason == DETECTED, FAIL, np.where(significant, WARN, PASS)).astype(np.int8)
+    verdict = np.where(reason == DETECTED, FAIL,
+                       np.where(significant & (reason != ATTRIBUTED_TO_REF), WARN, PASS)).astype(np.int8)
     return BucketTestResult(
         statistic=statistic,
         count=count,

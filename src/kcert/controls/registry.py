@@ -1,0 +1,73 @@
+"""Registering controls and finding them."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+from ..case import Case
+
+FAMILIES = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss")
+# Modules that define controls; importing them fills the registry.
+MODULES = ("norms", "rope", "attention", "moe", "activations")
+
+
+@dataclass(frozen=True)
+class Control:
+    name: str
+    family: str
+    kind: str  # "negative" (a real defect: must be detected) or "positive" (known good: must not FAIL)
+    source: str  # the public report or the real kernel it reproduces
+    build: Callable[[], Case]
+    doc: str
+    replicates: int = 1024
+    expect: str | None = None  # a verdict the control must get exactly (e.g. "FAIL"), beyond the bar
+    quick: bool = False  # part of the quick subset run by the default test suite
+
+    @property
+    def summary(self) -> str:
+        return self.doc.strip().splitlines()[0] if self.doc.strip() else self.name
+
+
+_REGISTRY: dict[str, Control] = {}
+
+
+def _register(kind: str, family: str, source: str, replicates: int, expect: str | None, quick: bool):
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+
+    def wrap(fn: Callable[[], Case]) -> Callable[[], Case]:
+        name = fn.__name__
+        if name in _REGISTRY:
+            raise ValueError(f"control {name!r} is registered twice")
+        doc = inspect.getdoc(fn) or ""
+        if not doc:
+            raise ValueError(f"control {name!r} needs a docstring naming its source and its mechanism")
+        _REGISTRY[name] = Control(name, family, kind, source, fn, doc, replicates, expect, quick)
+        return fn
+
+    return wrap
+
+
+def negative(family: str, source: str, *, replicates: int = 1024, expect: str | None = None, quick: bool = False):
+    """Register a negative control: a reproduction of a public defect report."""
+    return _register("negative", family, source, replicates, expect, quick)
+
+
+def positive(family: str, source: str, *, replicates: int = 1024, expect: str | None = None, quick: bool = False):
+    """Register a positive control: a real kernel, a stressed probe or a benign rewrite."""
+    return _register("positive", family, source, replicates, expect, quick)
+
+
+def all_controls() -> list[Control]:
+    """Every control, negatives first, in family order then definition order."""
+    for module in MODULES:
+        try:
+            importlib.import_module(f"{__package__}.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{module}":
+                raise
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    return sorted(_REGISTRY.values(), key=lambda c: (c.kind != "negative", order[c.family]))
