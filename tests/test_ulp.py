@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from kcert.stats.ulp import FORMATS, float_format, ulp
+from kcert.stats.ulp import float_format, ulp
 
 
 _INT_VIEW = {"bfloat16": torch.int16, "float16": torch.int16, "float32": torch.int32, "float64": torch.int64}

@@ -43,7 +43,6 @@ class Probe:
     """A distribution of one kernel argument. ``sample`` returns a float32/float64 tensor for
     floating probes (rounded to the case dtype by the runner) or a tensor kept as it is."""
 
-    floating: bool = True
     rounds_to_case_dtype: bool = True
 
     def sample(self, generator: torch.Generator, device: torch.device, precision: torch.dtype):
@@ -119,7 +118,6 @@ class Integers(Probe):
     low: int = 0
     high: int = 2
 
-    floating = False
     rounds_to_case_dtype = False
 
     def __post_init__(self):
@@ -150,10 +148,6 @@ class Fixed(Probe):
             raise CaseError(f"Fixed: value must be a torch.Tensor, got {type(self.value).__name__}")
 
     @property
-    def floating(self) -> bool:  # type: ignore[override]
-        return self.value.is_floating_point()
-
-    @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.value.shape)
 
@@ -178,10 +172,6 @@ class Custom(Probe):
         if not isinstance(out, torch.Tensor):
             raise CaseError(f"Custom probe {self.description!r}: fn must return a tensor, got {type(out).__name__}")
         return out.to(precision) if out.is_floating_point() else out
-
-    @property
-    def floating(self) -> bool:  # type: ignore[override]
-        return True
 
     def describe(self):
         return {"kind": "Custom", "description": self.description}

@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from .case import Axes, Case
+from .case import Case
 from .certificate import Certificate, OutputInfo, Provenance, VarianceThresholds
 from .errors import ParameterError
 from .execution import seeding

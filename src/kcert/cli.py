@@ -35,22 +35,22 @@ def _error(errors: Console, message) -> None:
     errors.print(f"[bold red]kcert: error:[/] {rich_escape(str(message))}", soft_wrap=True, highlight=False)
 
 
-def _positive_int(text: str) -> int:
+def _integer(text: str) -> int:
+    # ranges are checked once, by kcert.certify, whose messages name the rule and the value
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    return value
 
 
 def _run_options(p: argparse.ArgumentParser, replicates: int) -> None:
-    p.add_argument("--replicates", "-R", type=_positive_int, default=replicates, metavar="R",
+    p.add_argument("--replicates", "-R", type=_integer, default=replicates, metavar="R",
                    help=f"replicates (default {replicates}); the variance gate may add up to 4x")
-    p.add_argument("--max-replicates", type=_positive_int, default=None, metavar="M",
+    p.add_argument("--max-replicates", type=_integer, default=None, metavar="M",
                    help="cap for adaptive replicates (default 4 x R)")
     p.add_argument("--horizon", "-T", type=float, default=DEFAULT_HORIZON, metavar="T",
                    help=f"horizon in kernel calls (default {DEFAULT_HORIZON:g}, one optimizer step)")
-    p.add_argument("--seed", "-s", type=_positive_int, default=0, metavar="S", help="seed (default 0)")
+    p.add_argument("--seed", "-s", type=_integer, default=0, metavar="S", help="seed (default 0)")
     p.add_argument("--device", default="cpu", help="torch device for the case's tensors (default cpu)")
     p.add_argument("--json", metavar="OUT", help="write the JSON report (kcert.certificate/1); '-' for stdout")
     p.add_argument("--html", metavar="OUT", help="write an HTML report")
@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(c, 1024)
     d = sub.add_parser("demo", help="certify the embedded Gemma RMSNorm pair, correct and defective")
     _run_options(d, 1024)
+    k = sub.add_parser("controls", help="run the negative and positive control suite and print the detection table")
+    k.add_argument("--family", action="append", metavar="F", help="only this family (repeatable)")
+    k.add_argument("--control", action="append", metavar="NAME", help="only this control (repeatable)")
+    k.add_argument("--quick", action="store_true", help="the quick subset, at most 256 replicates each")
+    k.add_argument("--seed", "-s", type=_integer, default=0, metavar="S", help="seed (default 0)")
+    k.add_argument("--json", metavar="OUT", help="write every row and certificate as JSON (kcert.controls/1)")
+    k.add_argument("--markdown", metavar="OUT", help="write the table as Markdown (docs/controls.md)")
     return parser
 
 
@@ -138,10 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     console = errors if args.json == "-" else Console()
     if not console.is_terminal:
         console.width = max(console.width, 132)  # tables stay readable in logs and CI output
-    for flag, value in (("--json", args.json), ("--html", args.html)):
+    for flag in ("--json", "--html", "--markdown"):
+        value = getattr(args, flag[2:], None)
         if value and value != "-" and not Path(value).resolve().parent.is_dir():
             _error(errors, f"{flag} {value}: the folder {str(Path(value).resolve().parent)!r} does not exist")
             return EXIT_ERROR
+    if args.command == "controls":
+        return _controls(args, console, errors)
     try:
         if args.command == "demo":
             from . import demo
@@ -158,14 +168,64 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         errors.print("kcert: interrupted", highlight=False)
         return 130
-    finally:
-        pass
     _write_reports(certs, args, errors)
     if failed:
         return EXIT_ERROR
     if args.command == "demo":
         return _demo_outcome(certs, console)
     return _exit_code(certs)
+
+
+def _controls(args, console: Console, errors: Console) -> int:
+    from .controls.registry import FAMILIES, all_controls
+    from .controls.suite import run_controls, summarize
+    from .report import controls as render
+
+    controls = all_controls()
+    names = {c.name for c in controls}
+    for family in args.family or ():
+        if family not in FAMILIES:
+            _error(errors, f"--family {family!r} is not a control family; families: {', '.join(FAMILIES)}")
+            return EXIT_ERROR
+    for name in args.control or ():
+        if name not in names:
+            _error(errors, f"--control {name!r} is not a control; run `kcert controls --quick` to list them")
+            return EXIT_ERROR
+    if args.family:
+        controls = [c for c in controls if c.family in args.family]
+    if args.control:
+        controls = [c for c in controls if c.name in args.control]
+    if args.quick:
+        controls = [c for c in controls if c.quick] if not args.control else controls
+    if not controls:
+        _error(errors, "no control matches the selection")
+        return EXIT_ERROR
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=errors, transient=True, disable=not errors.is_terminal) as progress:
+        task = progress.add_task("controls", total=len(controls))
+
+        def tick(control, i, n):
+            progress.update(task, completed=i, description=control.name)
+
+        results = run_controls(controls, seed=args.seed, quick=args.quick, progress=tick)
+    summary = summarize(results)
+    render.render_table(results, summary, console)
+    words = ["kcert", "controls", "--seed", str(args.seed)] + (["--quick"] if args.quick else [])
+    for family in args.family or ():
+        words += ["--family", family]
+    for name in args.control or ():
+        words += ["--control", name]
+    if args.markdown:
+        Path(args.markdown).write_text(render.markdown(results, summary, shlex.join(words)), encoding="utf-8")
+    if args.json:
+        text = render.dumps(results, summary)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            Path(args.json).write_text(text + "\n", encoding="utf-8")
+    whole = not (args.family or args.control or args.quick)
+    ok = summary.meets_bar if whole else all(r.meets_bar for r in results)
+    return EXIT_PASS if ok else EXIT_FAIL
 
 
 def _demo_outcome(certs: list[Certificate], console: Console) -> int:

@@ -92,33 +92,50 @@ def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tenso
               labels: torch.Tensor | None) -> ReplicateSummary:
     r = ref_out.to(torch.float64)
     p = prod_out.to(torch.float64)
-    finite_r, finite_p = torch.isfinite(r), torch.isfinite(p)
-    finite = finite_r & finite_p
-    disagree = ~((p == r) | (torch.isnan(p) & torch.isnan(r))) & ~finite
-    nonfinite_ref = int((disagree & finite_p).sum())
-    nonfinite_prod = int((disagree & ~finite_p).sum())
-
-    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    o = oracle_out.to(torch.float64) if oracle_out is not None else None
     sign = torch.sign(r)
-    d = torch.where(finite, p - r, zero)
-    rows = [d, d * sign]
-    if oracle_out is not None:
-        o = oracle_out.to(torch.float64)
-        ofinite = finite & torch.isfinite(o)
-        po = torch.where(ofinite, p - o, zero)
-        ro = torch.where(ofinite, r - o, zero)
-        rows += [po, po * sign, ro, ro * sign]
-        e_prod = float(_error(p, o).max()) if o.numel() else 0.0
-        e_ref = float(_error(r, o).max()) if o.numel() else 0.0
-        fo = o[torch.isfinite(o)]
-        peak = float(fo.abs().max()) if fo.numel() else 0.0
+    all_finite = bool(torch.isfinite(r).all()) and bool(torch.isfinite(p).all()) and (
+        o is None or bool(torch.isfinite(o).all()))
+    if all_finite:
+        # the common case: no masks, one pass per row (identical numbers to the general path)
+        nonfinite_ref = nonfinite_prod = 0
+        if o is not None:
+            diffs = torch.stack([p - r, p - o, r - o])
+            e_prod = float(diffs[1].abs().max()) if o.numel() else 0.0
+            e_ref = float(diffs[2].abs().max()) if o.numel() else 0.0
+            peak = float(o.abs().max()) if o.numel() else 0.0
+        else:
+            d = p - r
+            diffs = torch.stack([d, torch.zeros_like(d), torch.zeros_like(d)])
+            e_prod = e_ref = peak = float("nan")
+        aligned = diffs * sign
+        stacked = torch.stack([diffs[0], aligned[0], diffs[1], aligned[1], diffs[2], aligned[2], r.abs()])
+        masks = None
     else:
-        ofinite = finite
-        rows += [zero.expand_as(d)] * 4
-        e_prod = e_ref = peak = float("nan")
-    rows.append(torch.where(finite, r.abs(), zero))
-    stacked = torch.stack(rows)  # (N_ROWS, *shape)
-    masks = torch.stack([finite, ofinite]).to(torch.float64)
+        finite_r, finite_p = torch.isfinite(r), torch.isfinite(p)
+        finite = finite_r & finite_p
+        disagree = ~((p == r) | (torch.isnan(p) & torch.isnan(r))) & ~finite
+        nonfinite_ref = int((disagree & finite_p).sum())
+        nonfinite_prod = int((disagree & ~finite_p).sum())
+        zero = torch.zeros((), dtype=torch.float64, device=r.device)
+        d = torch.where(finite, p - r, zero)
+        rows = [d, d * sign]
+        if o is not None:
+            ofinite = finite & torch.isfinite(o)
+            po = torch.where(ofinite, p - o, zero)
+            ro = torch.where(ofinite, r - o, zero)
+            rows += [po, po * sign, ro, ro * sign]
+            e_prod = float(_error(p, o).max()) if o.numel() else 0.0
+            e_ref = float(_error(r, o).max()) if o.numel() else 0.0
+            fo = o[torch.isfinite(o)]
+            peak = float(fo.abs().max()) if fo.numel() else 0.0
+        else:
+            ofinite = finite
+            rows += [zero.expand_as(d)] * 4
+            e_prod = e_ref = peak = float("nan")
+        rows.append(torch.where(finite, r.abs(), zero))
+        stacked = torch.stack(rows)  # (N_ROWS, *shape)
+        masks = torch.stack([finite, ofinite]).to(torch.float64)
 
     if labels is None:
         perm = (0,) + tuple(a + 1 for a in layout.bucket_axes) + tuple(
@@ -126,7 +143,10 @@ def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tenso
         )
         g = int(np.prod(layout.bucket_shape))
         sums = stacked.permute(perm).reshape(N_ROWS, g, -1).sum(-1)
-        counts = masks.permute(perm).reshape(2, g, -1).sum(-1)
+        if masks is None:  # every element counts: each bucket holds numel / g of them
+            counts = torch.full((2, g), r.numel() / max(g, 1), dtype=torch.float64)
+        else:
+            counts = masks.permute(perm).reshape(2, g, -1).sum(-1)
     else:
         flat = labels.reshape(-1)
         keep = flat >= 0
@@ -136,7 +156,10 @@ def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tenso
         sums = torch.zeros(N_ROWS, g, dtype=torch.float64, device=r.device)
         sums.index_add_(1, idx, stacked.reshape(N_ROWS, -1)[:, keep])
         counts = torch.zeros(2, g, dtype=torch.float64, device=r.device)
-        counts.index_add_(1, idx, masks.reshape(2, -1)[:, keep])
+        if masks is None:
+            counts += torch.bincount(idx, minlength=g).to(torch.float64)
+        else:
+            counts.index_add_(1, idx, masks.reshape(2, -1)[:, keep])
     sums = sums.cpu().numpy()
     counts = counts.cpu().numpy()
     with np.errstate(invalid="ignore", divide="ignore"):

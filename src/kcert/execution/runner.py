@@ -10,11 +10,11 @@ import numpy as np
 import torch
 
 from ..case import Case, Labels
-from ..errors import CaseError, KernelError, RealModeUnsupported
+from ..errors import KernelError, RealModeUnsupported
 from ..stats.moments import MomentAccumulator
 from . import probes, seeding
-from .outputs import N_ROWS, ROWS, OutputLayout, ReplicateSummary, bucket_labels, make_layout, summarize
-from .realmode import run_real, to_real
+from .outputs import ROWS, OutputLayout, ReplicateSummary, bucket_labels, make_layout, summarize
+from .realmode import run_real
 
 
 @dataclass

@@ -1,0 +1,163 @@
+"""Running the control suite and summarising it against the bar (METHOD.md section 6)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from ..certificate import Certificate
+from ..certification import certify
+from ..errors import KcertError
+from ..gates.bias import rejudge
+from ..stats.bias import REPORT_RULES
+from ..verdict import Verdict, overall
+from .registry import Control
+
+GATES = ("algebra", "bias", "variance")
+
+
+@dataclass(frozen=True)
+class ControlResult:
+    control: Control
+    certificate: Certificate | None
+    seconds: float
+    error: str | None = None
+
+    @property
+    def gates(self) -> dict[str, Verdict]:
+        return self.certificate.gates if self.certificate else {}
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self.certificate.verdict if self.certificate else None
+
+    def report_rules_gates(self) -> dict[str, Verdict]:
+        """The same evidence under the technical report's bias rules (raw mean, c = 1 ULP, no
+        attribution); the algebra and variance gates are kcert's in both tables."""
+        if self.certificate is None:
+            return {}
+        c = self.certificate
+        bias = [rejudge(b, REPORT_RULES).verdict for b in c.bias]
+        gates = dict(c.gates)
+        gates["bias"] = Verdict.worst(bias) if bias else c.gates["bias"]
+        return gates
+
+    def report_rules_verdict(self) -> Verdict | None:
+        return overall(self.report_rules_gates().values()) if self.certificate else None
+
+    @property
+    def detected(self) -> bool:
+        return self.verdict in (Verdict.WARN, Verdict.FAIL)
+
+    @property
+    def meets_bar(self) -> bool:
+        """Negative: detected. Positive: not FAIL. Either: the exact verdict when one is expected."""
+        if self.certificate is None:
+            return False
+        if self.control.expect is not None and self.verdict.value != self.control.expect:
+            return False
+        return self.detected if self.control.kind == "negative" else self.verdict is not Verdict.FAIL
+
+    def deciding_figure(self) -> str:
+        """The number behind the most severe gate."""
+        c = self.certificate
+        if c is None:
+            return self.error or ""
+        worst = max(GATES, key=lambda g: c.gates[g].severity)
+        if c.gates[worst] is Verdict.PASS:
+            worst = "bias"
+        if worst == "algebra":
+            a = c.algebra
+            if not a.outputs:
+                return "algebra skipped"
+            o = max(a.outputs, key=lambda o: (o.verdict.severity, o.discrepancy_float64))
+            return f"algebra: rel. discrepancy {o.discrepancy_float64:.2g} (f32/f64 shrink {o.shrink:.2g})"
+        if worst == "variance":
+            if not c.variance:
+                return "variance skipped"
+            v = max(c.variance, key=lambda v: v.verdict.severity)
+            if v.n_infinite:
+                return f"variance: K = inf in {v.n_infinite}/{v.replicates}"
+            if v.tail is None:
+                return f"variance: max K {v.quantiles()[1.0]:.3g} ({v.n_positive} positive)"
+            return f"variance: U = {v.tail.upper_bound:.3g}"
+        for b in sorted(c.bias, key=lambda b: -b.verdict.severity):
+            if b.nonfinite_prod:
+                return f"bias: {b.nonfinite_prod} non-finite prod elements"
+            f = b.findings(limit=1)
+            if f:
+                f = f[0]
+                return f"bias: {f.effect_ulp:.2g} ULP, z {f.z:+.3g} at {f.label} ({f.statistic})"
+        return "bias: no significant bucket"
+
+
+@dataclass(frozen=True)
+class SuiteSummary:
+    negatives: int
+    detected: int
+    detected_report_rules: int
+    only_by: dict[str, list[str]]  # gate -> negatives that gate alone detects
+    missed: list[str]
+    positives: int
+    positive_fail: int
+    positive_warn: int
+    positive_fail_report_rules: int
+    positive_warn_report_rules: int
+    errors: list[str]
+    failed_expectations: list[str]
+
+    @property
+    def meets_bar(self) -> bool:
+        # the bar of METHOD.md section 6 for the whole suite: at most one negative missed,
+        # no positive FAIL, at most two positive WARN, and every exact expectation met
+        return (self.negatives - self.detected <= 1 and self.positive_fail == 0 and self.positive_warn <= 2
+                and not self.errors and not self.failed_expectations)
+
+
+def run_controls(controls: Iterable[Control], seed: int = 0, quick: bool = False,
+                 progress: Callable[[Control, int, int], None] | None = None) -> list[ControlResult]:
+    """Certify every control at its declared replicates (``quick``: at most 256). Errors in one
+    control are recorded and do not stop the others."""
+    controls = list(controls)
+    results = []
+    for i, control in enumerate(controls):
+        if progress is not None:
+            progress(control, i, len(controls))
+        start = time.perf_counter()
+        replicates = min(control.replicates, 256) if quick else control.replicates
+        try:
+            cert = certify(control.build(), replicates=replicates, seed=seed,
+                           command=f"kcert controls --control {control.name} --seed {seed}" + (" --quick" if quick else ""))
+            results.append(ControlResult(control, cert, time.perf_counter() - start))
+        except KcertError as exc:
+            results.append(ControlResult(control, None, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"))
+    return results
+
+
+def summarize(results: list[ControlResult]) -> SuiteSummary:
+    neg = [r for r in results if r.control.kind == "negative"]
+    pos = [r for r in results if r.control.kind == "positive"]
+    only_by: dict[str, list[str]] = {g: [] for g in GATES}
+    for r in neg:
+        if r.certificate is None:
+            continue
+        flagged = [g for g in GATES if r.gates[g] in (Verdict.WARN, Verdict.FAIL)]
+        if len(flagged) == 1:
+            only_by[flagged[0]].append(r.control.name)
+    return SuiteSummary(
+        negatives=len(neg),
+        detected=sum(r.detected for r in neg),
+        detected_report_rules=sum(r.report_rules_verdict() in (Verdict.WARN, Verdict.FAIL) for r in neg),
+        only_by=only_by,
+        missed=[r.control.name for r in neg if not r.detected],
+        positives=len(pos),
+        positive_fail=sum(r.verdict is Verdict.FAIL for r in pos),
+        positive_warn=sum(r.verdict is Verdict.WARN for r in pos),
+        positive_fail_report_rules=sum(r.report_rules_verdict() is Verdict.FAIL for r in pos),
+        positive_warn_report_rules=sum(r.report_rules_verdict() is Verdict.WARN for r in pos),
+        errors=[f"{r.control.name}: {r.error}" for r in results if r.error],
+        failed_expectations=[f"{r.control.name}: expected {r.control.expect}, got {r.verdict.value}"
+                             for r in results if r.certificate and r.control.expect
+                             and r.verdict.value != r.control.expect],
+    )
