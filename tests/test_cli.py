@@ -175,3 +175,42 @@ def test_demo_through_the_installed_command_line(tmp_path):
     bad = reports["gemma_rmsnorm_bf16_gain"]
     assert bad["verdict"] == "FAIL"
     assert bad["gates"]["bias"]["verdict"] == "FAIL" and bad["gates"]["variance"]["verdict"] == "PASS"
+
+
+def test_json_report_has_every_documented_field(tmp_path, capsys):
+    path = write(tmp_path, GOOD)
+    code, out, _ = run(["certify", path, "-R", "64", "--json", "-"], capsys)
+    r = json.loads(out)
+    assert set(r) >= {"schema", "case", "description", "verdict", "gates", "outputs", "provenance"}
+    a = r["gates"]["algebra"]
+    assert set(a) >= {"verdict", "reason", "level", "points", "wide_points", "ref_side", "prod_side", "outputs"}
+    b = r["gates"]["bias"]["outputs"][0]
+    assert set(b) >= {"output", "dtype", "verdict", "replicates", "horizon", "thresholds", "familywise_error_bound",
+                      "min_detectable_effect", "horizon_covered", "replicates_for_horizon", "attribution",
+                      "nonfinite", "buckets", "statistics", "findings", "diagnostics"}
+    assert set(b["statistics"]) == {"raw", "sign_aligned"}
+    assert len(b["statistics"]["raw"]["z"]) == b["buckets"]["count"] == 32
+    v = r["gates"]["variance"]["outputs"][0]
+    assert set(v) >= {"output", "verdict", "reason", "thresholds", "replicates", "looks", "k", "errors", "tail"}
+    assert len(v["k"]["values"]) == v["replicates"] == len(v["errors"]["prod"])
+    p = r["provenance"]
+    assert set(p) >= {"seed", "replicates", "horizon", "dtype", "device", "probes", "command", "environment", "date",
+                      "wall_time_s"}
+    assert p["probes"]["inputs"]["x"] == {"kind": "Gaussian", "shape": [4, 32], "shift": 0.1, "std": 1.0}
+    assert r["outputs"][0]["shape"] == [4, 32]
+
+
+def test_nonfinite_numbers_are_strings_in_strict_json(tmp_path, capsys):
+    path = write(tmp_path, '''
+import torch, kcert
+def prod(x):
+    y = x * 2
+    y[0] = float("inf")
+    return y
+case = kcert.Case(name="inf", ref=lambda x: x * 2, prod=prod, inputs={"x": kcert.Gaussian((4, 8))})
+''')
+    code, out, _ = run(["certify", path, "-R", "8", "--json", "-"], capsys)
+    assert code == 1
+    r = json.loads(out)  # strict: json.loads rejects bare Infinity only with parse_constant; check strings
+    assert "Infinity" in r["gates"]["variance"]["outputs"][0]["k"]["values"]
+    assert r["gates"]["bias"]["outputs"][0]["nonfinite"]["prod"] == 64

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape as rich_escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from . import __version__
 from .certificate import Certificate
 from .certification import DEFAULT_HORIZON, certify
 from .errors import KcertError
@@ -58,6 +59,7 @@ def _run_options(p: argparse.ArgumentParser, replicates: int) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kcert", description="Certify that a production kernel computes what its reference computes.")
+    parser.add_argument("--version", action="version", version=f"kcert {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("certify", help="certify the cases of a case file")
     c.add_argument("casefile", metavar="CASES.py")

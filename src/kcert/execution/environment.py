@@ -8,6 +8,8 @@ from importlib import metadata
 
 import torch
 
+from .. import __version__
+
 
 def _version(package: str) -> str:
     try:
@@ -33,7 +35,7 @@ def describe_environment(device: torch.device) -> dict:
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "torch_threads": torch.get_num_threads(),
-        "versions": {p: _version(p) for p in ("kcert", "torch", "numpy", "scipy", "rich")},
+        "versions": {"kcert": __version__, **{p: _version(p) for p in ("torch", "numpy", "scipy", "rich")}},
         "device": str(device),
     }
     if device.type == "cuda":
