@@ -91,7 +91,7 @@ def certify(
     looks: list[int] = []
     target = replicates
     while True:
-        runner.run(len(looks) and looks[-1] or 0, target, tick)
+        runner.run(looks[-1] if looks else 0, target, tick)
         looks.append(target)
         oracle = runner.oracle_unavailable is None
         variance = tuple(

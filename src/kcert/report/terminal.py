@@ -42,14 +42,17 @@ def _bias(b: BiasResult, limit: int) -> Group:
     if not findings:
         return Group(Text(title, style="bold"), Text("no significant bucket"), power)
     t = Table(header_style="bold", expand=False)
-    for col in ("bucket", "stat", "direction", "effect ULP", "mean", "ULP", "z", "rho", "prod-oracle ULP",
-                "ref-oracle ULP", "verdict"):
-        t.add_column(col, no_wrap=col not in ("direction",))
+    for col in ("bucket", "stat", "direction", "ULP", "mean", "1 ULP", "z", "rho", "prod-oracle", "ref-oracle",
+                "verdict"):
+        t.add_column(col, no_wrap=True)
     for f in findings:
-        t.add_row(f.label, f.statistic, f.direction, fmt(f.effect_ulp), fmt(f.mean), fmt(f.ulp), f"{f.z:+.3g}",
-                  fmt(f.standardized_effect), fmt(f.prod_bias_ulp), fmt(f.ref_bias_ulp), _verdict(f.verdict))
+        t.add_row(f.label, "sign" if f.statistic == "sign_aligned" else f.statistic, f.direction, fmt(f.effect_ulp),
+                  fmt(f.mean), fmt(f.ulp), f"{f.z:+.3g}", fmt(f.standardized_effect), fmt(f.prod_bias_ulp),
+                  fmt(f.ref_bias_ulp), _verdict(f.verdict))
     more = b.count(Verdict.FAIL) + b.count(Verdict.WARN) - len(findings)
-    rows = [Text(title, style="bold"), t]
+    legend = Text("ULP: |mean| in true ULPs at the bucket's mean |ref|; prod-oracle, ref-oracle: each side's own bias "
+                  "against the float64 oracle, in ULPs; sign: mean of (prod - ref) * sign(ref)", style="dim")
+    rows = [Text(title, style="bold"), t, legend]
     if more > 0:
         rows.append(Text(f"... and {more} more significant buckets (all in the JSON report)", style="dim"))
     rows.append(power)
