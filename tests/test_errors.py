@@ -94,3 +94,13 @@ def test_kernel_error_carries_replicate_seed():
         kcert.certify(case, replicates=4, seed=9)
     assert "replicate 0 (seed 9, replicate seed " in str(exc.value)
     assert isinstance(exc.value.__cause__, ValueError)
+
+
+def test_custom_probes_widen_their_floating_draws():
+    import torch as _t
+
+    probe = kcert.Custom(lambda g, d: _t.ones(3, device=d), "ones")
+    wide = probe.widened(4.0)
+    g = _t.Generator().manual_seed(0)
+    assert _t.equal(wide.sample(g, "cpu", _t.float32), _t.full((3,), 4.0))
+    assert "x4" in wide.describe()["description"]

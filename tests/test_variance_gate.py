@@ -93,3 +93,14 @@ def test_adaptive_looks_are_reported():
     v = _judge(*_k_sample(rng.exponential(0.1, size=512)), looks=(256, 512))
     assert v.looks == (256, 512)
     assert any(d.code == "adaptive_stopping" for d in v.diagnostics)
+
+
+def test_a_handful_of_positive_k_is_fitted_from_the_smallest_and_flagged():
+    rng = np.random.default_rng(3)
+    k = np.zeros(4096)
+    k[:7] = rng.exponential(0.04, size=7)
+    v = _judge(*_k_sample(k))
+    assert v.tail is not None and v.tail.threshold == pytest.approx(np.sort(k[:7])[0])
+    codes = {d.code for d in v.diagnostics}
+    assert {"threshold_lowered", "few_exceedances"} <= codes
+    assert v.verdict is Verdict.PASS and not interval_is_decisive(v)

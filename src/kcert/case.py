@@ -173,6 +173,16 @@ class Custom(Probe):
             raise CaseError(f"Custom probe {self.description!r}: fn must return a tensor, got {type(out).__name__}")
         return out.to(precision) if out.is_floating_point() else out
 
+    def widened(self, factor):
+        """Floating draws scaled by ``factor`` (outliers and all); integer draws unchanged."""
+        fn = self.fn
+
+        def wide(generator, device):
+            out = fn(generator, device)
+            return out * factor if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+        return Custom(wide, f"{self.description} x{factor:g}", self.shape)
+
     def describe(self):
         return {"kind": "Custom", "description": self.description}
 

@@ -23,6 +23,9 @@ ASSUMPTIONS = (
 )
 
 
+MIN_POSITIVE = 4  # three exceedances above the smallest positive K: the least a GPD fit takes
+
+
 def _by_upper_bound(u: float, t: VarianceThresholds) -> Verdict:
     return Verdict.PASS if u <= t.warn else Verdict.WARN if u <= t.fail else Verdict.FAIL
 
@@ -59,13 +62,14 @@ def judge_variance(output: str, dtype: str, e_prod, e_ref, peak, horizon: float,
 
     quantile = thresholds.threshold_quantile
     need = thresholds.min_exceedances
-    if positive.size * (1 - quantile) < need and positive.size > need + 1:
-        quantile = 1.0 - (need + 1) / positive.size
+    if positive.size * (1 - quantile) < need:
+        # lower the threshold to keep `need` exceedances; with few positive K, down to the smallest
+        quantile = max(0.0, 1.0 - (need + 1) / positive.size)
     try:
-        if positive.size <= need + 1:
+        if positive.size < MIN_POSITIVE:
             raise ValueError(f"{positive.size} positive K")
         tail = fit_tail(finite, horizon, threshold_quantile=quantile, bootstrap=thresholds.bootstrap, seed=seed)
-    except ValueError:  # too few (or too tied) positive K for any exceedance sample
+    except ValueError:  # too few (or too tied) positive K for three exceedances
         diags.append(diagnostic("few_exceedances", f"{positive.size} positive K of {k.size}; max K = {positive.max():.3g}"))
         observed = _by_upper_bound(float(positive.max()), thresholds)
         verdict = Verdict.FAIL if observed is Verdict.FAIL else Verdict.WARN
@@ -74,6 +78,8 @@ def judge_variance(output: str, dtype: str, e_prod, e_ref, peak, horizon: float,
         diags.append(diagnostic("threshold_lowered",
                                 f"threshold lowered to the q{quantile:.3g} of {positive.size} positive K "
                                 f"to keep {tail.n_exceedances} exceedances"))
+        if tail.n_exceedances < need:
+            diags.append(diagnostic("few_exceedances", f"the tail fit rests on {tail.n_exceedances} exceedances"))
     distinct = np.unique(tail.exceedances).size
     if distinct < 0.5 * tail.n_exceedances:
         diags.append(diagnostic("tied_exceedances", f"{distinct} distinct values among {tail.n_exceedances}"))
@@ -91,10 +97,12 @@ def judge_variance(output: str, dtype: str, e_prod, e_ref, peak, horizon: float,
 
 def interval_is_decisive(result: VarianceResult) -> bool:
     """The report's adaptive rule: stop once [r_T - 3 se, r_T + 3 se] lies on one side of every
-    threshold. Results without a tail fit are decisive unless they lacked exceedances."""
+    threshold. Results that rest on few exceedances are not decisive (more replicates help)."""
     tail = result.tail
+    if any(d.code == "few_exceedances" for d in result.diagnostics):
+        return False
     if tail is None:
-        return not any(d.code == "few_exceedances" for d in result.diagnostics)
+        return True
     lo, hi = tail.return_level - 3 * tail.standard_error, tail.return_level + 3 * tail.standard_error
     t = result.thresholds
     return all(not (lo <= x < hi) for x in (t.warn, t.fail))
