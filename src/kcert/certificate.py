@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .diagnostics import Diagnostic
+from .stats import identity
 from .stats.bias import FAIL, REASON_TEXT, WARN, BiasThresholds, BucketTestResult
 from .stats.tail import TailFitResult
 from .verdict import Verdict, overall
@@ -25,9 +26,7 @@ class AlgebraOutputResult:
     @property
     def shrink(self) -> float:
         """How much the discrepancy shrinks from float32 to float64 real mode (rounding: ~2**29)."""
-        if self.discrepancy_float64 == 0:
-            return float("inf")
-        return self.discrepancy_float32 / self.discrepancy_float64
+        return identity.shrink(self.discrepancy_float64, self.discrepancy_float32)
 
 
 @dataclass(frozen=True)

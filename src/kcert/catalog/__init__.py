@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ..case import BucketSpec, Case, Probe
+from ..case import Axes, BucketSpec, Case, Probe
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Operator:
     ``reference``: the reference kernel (keyword arguments named like the probes).
     ``inputs`` / ``weights``: the probe contract, as a function of the contract's parameters
     (shapes, scales, positions...) returning ``{name: probe}``; call ``contract(**params)``.
-    ``buckets``: where a defect of this operator localises.
+    ``buckets``: where a defect of this operator localises (default: the last axis).
     ``triggers``: the defect classes the probe contract is built to trigger.
     """
 
@@ -48,7 +48,7 @@ class Operator:
             prod=prod,
             inputs=dict(self.inputs(**contract)),
             weights=dict(self.weights(**contract)),
-            buckets=buckets if buckets is not None else self.buckets,
+            buckets=next(b for b in (buckets, self.buckets, Axes(-1)) if b is not None),
             dtype=dtype,
             oracle=oracle,
             output_names=output_names,

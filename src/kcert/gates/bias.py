@@ -40,6 +40,13 @@ def rejudge(result: BiasResult, thresholds: BiasThresholds) -> BiasResult:
                   thresholds, result.horizon, result.oracle)
 
 
+def _z(count, mean, std):
+    """z of a bucket's mean against zero; a constant non-zero mean counts as infinitely significant."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.sqrt(count) * mean / std
+    return np.where(std > 0, z, np.where(mean == 0, 0.0, np.inf))
+
+
 def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, thresholds, horizon, oracle) -> BiasResult:
     nonfinite_prod, nonfinite_ref, nonfinite_replicates = nonfinite
     magnitude = moments["magnitude"][1]
@@ -50,7 +57,9 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         count, mean, std = moments[stat]
         prod_bias = moments[f"prod_{stat}"][1] if attribution else None
         ref_bias = moments[f"ref_{stat}"][1] if attribution else None
-        tests.append(judge_buckets(stat, count, mean, std, bucket_ulp, thresholds, horizon, prod_bias, ref_bias))
+        prod_z = _z(*moments[f"prod_{stat}"]) if attribution else None
+        tests.append(judge_buckets(stat, count, mean, std, bucket_ulp, thresholds, horizon, prod_bias, ref_bias,
+                                   prod_z))
     tests = tuple(tests)
 
     codes = np.max(np.stack([t.verdict for t in tests]), axis=0) if bucket_ulp.size else np.zeros(0)

@@ -99,6 +99,9 @@ def interval_is_decisive(result: VarianceResult) -> bool:
     """The report's adaptive rule: stop once [r_T - 3 se, r_T + 3 se] lies on one side of every
     threshold. Results that rest on few exceedances are not decisive (more replicates help)."""
     tail = result.tail
+    finite = result.amplification[np.isfinite(result.amplification)]
+    if result.n_infinite or (finite.size and finite.max() > result.thresholds.fail):
+        return True  # an observed FAIL stays a FAIL whatever more replicates show
     if any(d.code == "few_exceedances" for d in result.diagnostics):
         return False
     if tail is None:

@@ -39,7 +39,8 @@ REASON_TEXT = {
     NOT_SIGNIFICANT: "not significant",
     UNDER_EFFECT_FLOOR: "significant, standardized effect under s_min",
     UNDER_ULP_FLOOR: "significant, under the ULP floor",
-    ATTRIBUTED_TO_REF: "significant, but the bias is ref's: prod is within the ULP floor of the oracle and no more biased than ref",
+    ATTRIBUTED_TO_REF: "significant, but not prod's: prod's own bias against the oracle is within the floor and no "
+                       "larger than ref's, insignificant, or negligible",
     DETECTED: "coherent bias",
     IDENTICAL: "all differences zero",
     UNTESTED: "fewer than 2 replicates populated this bucket",
@@ -62,6 +63,7 @@ class BiasThresholds:
     power: float = 0.8
     sign_aligned: bool = True  # also test mean((prod - ref) * sign(ref)) per bucket
     attribution: bool = True  # split a bias into prod's and ref's through the oracle
+    negligible_fraction: float = 0.1  # prod's own bias under this fraction of c is never prod's defect
 
     def s_min(self, horizon: float) -> float:
         if self.min_standardized_effect is not None:
@@ -111,6 +113,7 @@ def judge_buckets(
     horizon: float,
     prod_bias: np.ndarray | None = None,
     ref_bias: np.ndarray | None = None,
+    prod_bias_z: np.ndarray | None = None,
 ) -> BucketTestResult:
     """Apply the three FAIL rules (and attribution) to every bucket of one statistic."""
     count = np.asarray(count, np.int64)
@@ -139,7 +142,12 @@ def judge_buckets(
             prod_bias_ulp = np.asarray(prod_bias, np.float64) / ulp
             ref_bias_ulp = np.asarray(ref_bias, np.float64) / ulp
         prod_clear = np.abs(prod_bias_ulp) <= thresholds.ulp_floor
-        prod_no_worse = prod_clear & (np.abs(prod_bias_ulp) <= np.abs(ref_bias_ulp))
+        # the bias is not prod's when prod's own bias is no larger than ref's, not significant by
+        # itself, or negligible (a tenth of the floor: the rounding bias correct kernels show)
+        own_insignificant = (np.zeros_like(prod_clear) if prod_bias_z is None
+                             else np.abs(np.asarray(prod_bias_z, np.float64)) <= thresholds.z_star)
+        negligible = np.abs(prod_bias_ulp) <= thresholds.negligible_fraction * thresholds.ulp_floor
+        prod_no_worse = prod_clear & ((np.abs(prod_bias_ulp) <= np.abs(ref_bias_ulp)) | own_insignificant | negligible)
 
     reason = np.full(mean.shape, NOT_SIGNIFICANT, np.int8)
     reason[significant & ~above_effect] = UNDER_EFFECT_FLOOR
