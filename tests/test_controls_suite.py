@@ -1,0 +1,83 @@
+"""The control-suite runner, its summary against the bar, and `kcert controls`."""
+
+import json
+
+import pytest
+
+import kcert
+from kcert.cli import main
+from kcert.controls.registry import all_controls
+from kcert.controls.suite import ControlResult, run_controls, summarize
+from kcert.verdict import Verdict
+
+
+def test_registry_has_the_full_suite_with_unique_names_and_sources():
+    controls = all_controls()
+    names = [c.name for c in controls]
+    assert len(names) == len(set(names))
+    negatives = [c for c in controls if c.kind == "negative"]
+    positives = [c for c in controls if c.kind == "positive"]
+    assert len(negatives) == 30 and len(positives) == 35
+    for c in controls:
+        assert c.source and c.doc and c.summary
+        assert isinstance(c.build(), kcert.Case)
+
+
+def test_run_and_summarise_a_real_negative_and_positive():
+    by_name = {c.name: c for c in all_controls()}
+    results = run_controls([by_name["eps_added_to_rms"], by_name["gemma_rms_norm_fused_rewrite"]], quick=True)
+    neg, pos = results
+    assert neg.detected and neg.meets_bar and neg.gates["algebra"] is Verdict.FAIL
+    assert "algebra: rel. discrepancy" in neg.deciding_figure()
+    assert pos.verdict is Verdict.PASS and pos.meets_bar
+    s = summarize(results)
+    assert (s.negatives, s.detected, s.positives, s.positive_fail, s.positive_warn) == (1, 1, 1, 0, 0)
+    assert s.only_by["algebra"] == ["eps_added_to_rms"]
+    assert s.meets_bar
+
+
+class _FakeCert:
+    def __init__(self, verdict):
+        self.verdict = verdict
+        self.gates = {"algebra": Verdict.PASS, "bias": verdict, "variance": Verdict.PASS}
+        self.bias = ()
+
+
+@pytest.mark.parametrize(
+    "negatives, positives, met",
+    [
+        ([Verdict.FAIL] * 29 + [Verdict.PASS], [Verdict.PASS] * 33 + [Verdict.WARN] * 2, True),
+        ([Verdict.FAIL] * 28 + [Verdict.PASS] * 2, [Verdict.PASS] * 35, False),
+        ([Verdict.WARN] * 30, [Verdict.PASS] * 34 + [Verdict.FAIL], False),
+        ([Verdict.FAIL] * 30, [Verdict.PASS] * 32 + [Verdict.WARN] * 3, False),
+    ],
+)
+def test_the_bar(negatives, positives, met):
+    proto = all_controls()[0]
+    results = []
+    for kind, verdicts in (("negative", negatives), ("positive", positives)):
+        for i, v in enumerate(verdicts):
+            control = type(proto)(f"{kind}{i}", "norm", kind, "src", proto.build, "doc")
+            results.append(ControlResult(control, _FakeCert(v), 0.0))
+    assert summarize(results).meets_bar is met
+
+
+def test_controls_command_json_and_markdown(tmp_path, capsys):
+    out_json, out_md = tmp_path / "c.json", tmp_path / "c.md"
+    code = main(["controls", "--control", "eps_added_to_rms", "--quick", "--json", str(out_json),
+                 "--markdown", str(out_md)])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    payload = json.loads(out_json.read_text())
+    assert payload["schema"] == "kcert.controls/1"
+    row = payload["controls"][0]
+    assert row["name"] == "eps_added_to_rms" and row["verdict"] == "FAIL" and row["source"] == "gpt-neox #1342"
+    assert row["certificate"]["schema"] == "kcert.certificate/1"
+    assert "`eps_added_to_rms`" in out_md.read_text()
+    assert "negatives detected (at least WARN): 1/1" in out
+
+
+def test_controls_command_rejects_unknown_names(capsys):
+    assert main(["controls", "--family", "nope"]) == 2
+    assert "is not a control family" in capsys.readouterr().err
+    assert main(["controls", "--control", "nope"]) == 2
