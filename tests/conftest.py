@@ -15,3 +15,15 @@ def small_case():
         weights={"w": kcert.Gaussian((64,), shift=1.0, std=0.1)},
         buckets=kcert.Axes(-1),
     )
+
+
+@pytest.fixture
+def one_thread():
+    """Controls run torch on one thread: on a shared 2-core machine two OpenMP threads made the
+    small ops of a control 30-100x slower (measured by the control authors)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -18,6 +18,8 @@ from kcert.controls import activations as module
 from kcert.controls.registry import all_controls
 from kcert.report.text import failure_message
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
 FAMILIES = ("activation", "gemm", "loss")
 NEGATIVE_SOURCES = {
     "gelu_erf_instead_of_tanh": "transformers PR #29402",
@@ -144,22 +146,12 @@ def test_silu_defect_flushes_the_negative_tail_to_zero():
 # --- quick controls (default suite) ------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_thread():
-    """One intra-op thread: these kernels are small, and on a shared machine torch's thread pool
-    spins against other processes (measured here: 5 s with one thread, 40 s with two)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _certify(control, replicates):
     return kcert.certify(control.build(), replicates=replicates, seed=0)
 
 
 @pytest.mark.parametrize("control", [c for c in family_controls() if c.quick], ids=lambda c: c.name)
-def test_quick_control(control, one_thread):
+def test_quick_control(control):
     cert = _certify(control, min(control.replicates, 256))
     if control.kind == "negative":
         assert cert.verdict is not Verdict.PASS
@@ -174,7 +166,7 @@ def test_quick_control(control, one_thread):
 
 @pytest.mark.controls
 @pytest.mark.parametrize("control", family_controls(), ids=lambda c: c.name)
-def test_control_meets_the_bar(control, one_thread):
+def test_control_meets_the_bar(control):
     cert = _certify(control, control.replicates)
     summary = f"{control.name}: {cert.verdict.value} {({g: v.value for g, v in cert.gates.items()})}"
     if control.kind == "negative":

@@ -16,6 +16,8 @@ from kcert.catalog import softmax as sm
 from kcert.controls import registry
 from kcert.execution.realmode import run_real
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
 FAMILY = "attention"
 NEGATIVE_SOURCES = {
     "sliding_window_off_by_one": "transformers #39408 / #29623",
@@ -46,16 +48,6 @@ def family_controls() -> list[registry.Control]:
 
 CONTROLS = family_controls()
 QUICK = [c for c in CONTROLS if c.quick]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Certification runs thousands of small ops; on a shared 2-core machine OpenMP's second
-    thread waits on a busy core and makes each op up to 100x slower. Results do not depend on it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _certify(control: registry.Control) -> kcert.Certificate:

@@ -18,6 +18,8 @@ from kcert.execution import probes
 from kcert.execution.runner import Runner
 from kcert.report.text import failure_message
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
 FAMILY = [c for c in all_controls() if c.family == "moe"]
 BY_NAME = {c.name: c for c in FAMILY}
 QUICK = [c for c in FAMILY if c.quick]
@@ -36,16 +38,6 @@ DETECTED_BY = {
     "router_logits_bf16_flips_ties": {"bias", "variance"},
 }
 NOT_DETECTED_BY = {"router_logits_bf16_flips_ties": {"algebra"}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These kernels are small: on a shared 2-core machine two OpenMP threads mostly wait on each
-    other (measured ~100x slower per GEMM under load). Restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _ids(controls):

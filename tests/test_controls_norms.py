@@ -15,6 +15,8 @@ from kcert.controls import norms as controls_module  # noqa: F401 - registers th
 from kcert.controls.registry import all_controls
 from kcert.verdict import Verdict
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
 SOURCES = {
     "gemma_one_plus_w_bf16": "transformers PR #29402, vllm #3653, TransformerEngine PR #1690",
     "llama_kernel_on_gemma_weights": "Liger-Kernel #74",
@@ -31,15 +33,6 @@ QUICK_DETECTING_GATE = {
     "gemma_one_plus_w_bf16": "bias",
     "eps_added_to_rms": "algebra",
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Norm kernels on 32K elements gain nothing from intra-op threads on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _norm_controls():

@@ -17,6 +17,8 @@ from kcert.controls.registry import all_controls
 from kcert.execution.realmode import run_real
 from kcert.report.text import failure_message
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
 V = kcert.Verdict
 
 NEGATIVE_SOURCES = {
@@ -34,16 +36,6 @@ QUICK_GATES = {
     "angles_bf16_autocast": {"algebra": V.PASS, "bias": V.FAIL, "variance": V.FAIL},
     "llama3_unscaled_inv_freq": {"algebra": V.FAIL, "bias": V.FAIL, "variance": V.FAIL},
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Certify on one intra-op thread: on a shared 2-core machine torch's default (2 OpenMP
-    threads) made a 256-replicate certification about 7x slower (28 s instead of 4 s)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def rope_controls():

@@ -97,6 +97,8 @@ class SuiteSummary:
     negatives: int
     detected: int
     detected_report_rules: int
+    negative_fail: int
+    negative_fail_report_rules: int
     only_by: dict[str, list[str]]  # gate -> negatives that gate alone detects
     missed: list[str]
     positives: int
@@ -149,6 +151,8 @@ def summarize(results: list[ControlResult]) -> SuiteSummary:
         negatives=len(neg),
         detected=sum(r.detected for r in neg),
         detected_report_rules=sum(r.report_rules_verdict() in (Verdict.WARN, Verdict.FAIL) for r in neg),
+        negative_fail=sum(r.verdict is Verdict.FAIL for r in neg),
+        negative_fail_report_rules=sum(r.report_rules_verdict() is Verdict.FAIL for r in neg),
         only_by=only_by,
         missed=[r.control.name for r in neg if not r.detected],
         positives=len(pos),

@@ -84,16 +84,14 @@ def as_outputs(value, role: str, where: str) -> tuple[torch.Tensor, ...]:
 class Runner:
     """Evaluates a case replicate by replicate. Replicate r depends on (seed, r) alone."""
 
-    def __init__(self, case: Case, seed: int, device: torch.device | str = "cpu", command: str | None = None):
+    def __init__(self, case: Case, seed: int, device: torch.device | str = "cpu"):
         self.case = case
         self.seed = int(seed)
         self.device = torch.device(device)
-        self.command = command
         self.weights = probes.draw_weights(case, self.seed, self.device)
         self.accumulators: list[OutputAccumulator] | None = None
         self.oracle_source = "given" if case.oracle is not None else "ref in real mode"
         self.oracle_unavailable: str | None = None
-        self.replicates_done = 0
 
     # -- error context ------------------------------------------------------------------------
     def where(self, r: int | None = None) -> str:
@@ -167,7 +165,6 @@ class Runner:
             if isinstance(layout.spec, Labels):
                 labels = bucket_labels(layout.spec, draw.working, self.weights.working, a, f"{where}, {layout.name}")
             acc.add(r, summarize(layout, a, b, o, labels))
-        self.replicates_done += 1
 
     def run(self, start: int, stop: int, progress: Callable[[int], None] | None = None) -> None:
         for r in range(start, stop):
