@@ -404,3 +404,89 @@ def test_timing_report():
     fit_gpd_batch(samples)
     batch_ms = (time.perf_counter() - start) * 1e3
     print(f"\nfit_gpd n=300: {fit_ms:.2f} ms; fit_gpd_batch 1000 x 300: {batch_ms:.0f} ms")
+
+
+# --------------------------------------------------------------------------------------------
+# Threshold diagnostics: mean residual life, threshold stability, QQ, return-level curve
+# --------------------------------------------------------------------------------------------
+
+
+def test_gpd_quantile_matches_scipy():
+    p = np.linspace(0.0, 0.999, 50)
+    for xi in (-0.7, -0.2, 0.0, 0.3):
+        np.testing.assert_allclose(tail.gpd_quantile(p, xi, 1.7), stats.genpareto.ppf(p, xi, scale=1.7),
+                                   rtol=1e-12, atol=1e-15)
+    # continuous through xi = 0
+    assert tail.gpd_quantile(0.9, 1e-12, 2.0) == pytest.approx(tail.gpd_quantile(0.9, 0.0, 2.0), rel=1e-9)
+    with pytest.raises(ValueError, match="probability"):
+        tail.gpd_quantile([0.5, 1.0], 0.0, 1.0)
+    with pytest.raises(ValueError, match="scale"):
+        tail.gpd_quantile(0.5, 0.0, 0.0)
+
+
+def test_mean_excess_of_exponential_is_its_scale():
+    scale = 0.5
+    k = k_sample(n=200_000, zero_share=0.3, rate=1 / scale, seed=3)
+    k = np.concatenate([k, [np.inf]])  # infinite K are ignored (counted by the gate)
+    u = np.array([0.0, 0.25, 0.5, 1.0])
+    res = tail.mean_excess(k, u)
+    assert isinstance(res, tail.MeanResidualLifeResult)
+    finite = k[np.isfinite(k)]
+    np.testing.assert_array_equal(res.n_exceedances, [np.sum(finite > t) for t in u])
+    # memoryless: e(u) = scale at every threshold, within a few standard errors
+    assert np.all(np.abs(res.mean_excess - scale) < 4 * res.standard_error)
+    lo, hi = res.confidence_interval(0.999)
+    assert np.all((lo < scale) & (scale < hi))
+    # GPD with xi < 0: e(u) = (sigma + xi*u)/(1 - xi), linear in u
+    xi, sigma = -0.25, 1.0
+    y = gpd_sample(xi, 400_000, 4, scale=sigma)
+    res = tail.mean_excess(y, [0.0, 1.0, 2.0])
+    np.testing.assert_allclose(res.mean_excess, (sigma + xi * np.array([0.0, 1.0, 2.0])) / (1 - xi), rtol=0.02)
+    # above the maximum: nan and no exceedances
+    res = tail.mean_excess([1.0, 2.0], [5.0])
+    assert np.isnan(res.mean_excess[0]) and res.n_exceedances[0] == 0 and np.isnan(res.standard_error[0])
+    with pytest.raises(ValueError, match="thresholds"):
+        tail.mean_excess([1.0], [np.nan])
+
+
+def test_threshold_stability_of_a_gpd_sample_is_stable():
+    xi, sigma = -0.2, 1.0
+    y = gpd_sample(xi, 20_000, 5, scale=sigma)
+    k = np.concatenate([np.zeros(5000), y])  # zeros do not move the quantiles of the positive K
+    q = np.array([0.0, 0.3, 0.6, 0.8, 0.9])
+    res = tail.threshold_stability(k, q)
+    assert isinstance(res, tail.ThresholdStabilityResult)
+    np.testing.assert_array_equal(res.thresholds, np.quantile(y, q))
+    np.testing.assert_array_equal(res.n_exceedances, [np.sum(y > t) for t in res.thresholds])
+    # shape constant, modified scale sigma - xi*u constant (= sigma) for a GPD
+    np.testing.assert_allclose(res.shapes, xi, atol=0.08)
+    np.testing.assert_allclose(res.modified_scales, sigma, rtol=0.1)
+    np.testing.assert_allclose(res.modified_scales, res.scales - res.shapes * res.thresholds)
+    # each point is the plain fit above its threshold
+    fit = fit_gpd(y[y > res.thresholds[2]] - res.thresholds[2], (-1.0, 1.0))
+    assert (res.shapes[2], res.scales[2]) == (fit.shape, fit.scale)
+    # too few exceedances: nan, not an error
+    res = tail.threshold_stability(y[:50], [0.5, 0.95], min_exceedances=5)
+    assert np.isfinite(res.shapes[0]) and np.isnan(res.shapes[1]) and res.n_exceedances[1] < 5
+    with pytest.raises(ValueError, match="positive K"):
+        tail.threshold_stability(np.zeros(10), [0.5])
+    with pytest.raises(ValueError, match="quantiles"):
+        tail.threshold_stability(y, [1.0])
+
+
+def test_qq_points_and_return_level_curve():
+    res = fit_tail(k_sample(n=4000, seed=6), HORIZON, bootstrap=100)
+    model, empirical = res.qq_points()
+    np.testing.assert_array_equal(empirical, np.sort(res.exceedances))
+    p = (np.arange(1, res.n_exceedances + 1) - 0.5) / res.n_exceedances
+    np.testing.assert_allclose(model, stats.genpareto.ppf(p, res.shape, scale=res.scale), rtol=1e-10)
+    assert np.corrcoef(model, empirical)[0, 1] > 0.98  # the exponential tail fits
+    horizons = np.array([1e2, 1e4, HORIZON, 1e7])
+    fit, lo, hi, bound = res.return_level_curve(horizons)
+    np.testing.assert_array_equal(fit, [res.return_level_at(h) for h in horizons])
+    assert fit[2] == res.return_level
+    assert bound[2] == pytest.approx(res.upper_bound, rel=1e-14)
+    np.testing.assert_allclose(bound, [res.upper_bound_at(h) for h in horizons], rtol=1e-14)
+    assert np.all(lo <= hi) and np.all(np.diff(fit) > 0)
+    with pytest.raises(ValueError, match="level"):
+        res.return_level_curve(horizons, level=1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -72,6 +73,8 @@ class ControlResult:
             if not a.outputs:
                 return "algebra skipped"
             o = max(a.outputs, key=lambda o: (o.verdict.severity, o.discrepancy_float64))
+            if not math.isfinite(o.discrepancy_float64):
+                return "algebra: non-finite where the other side is finite (real mode)"
             return f"algebra: rel. discrepancy {o.discrepancy_float64:.2g} (f32/f64 shrink {o.shrink:.2g})"
         if worst == "variance":
             if not c.variance:

@@ -1,7 +1,12 @@
-"""A plain, self-contained HTML page per run (the full report with plots is a later issue)."""
+"""One self-contained HTML page per run: verdicts and diagnosis first, then per output the bias plot,
+the K histogram and the four tail diagnostics (PNG data URIs, inline CSS), then probe and provenance.
+
+Rendering only reads results; the figures come from :mod:`kcert.report.plots` (matplotlib, imported
+when a page is rendered, never by ``import kcert``)."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 
@@ -14,6 +19,13 @@ _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:80em;color:#1f2328}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #d0d7de;padding:.25em .6em;text-align:left}
 th{background:#f6f8fa}.v{font-weight:bold;color:#fff;padding:.1em .5em;border-radius:.3em}code{background:#f6f8fa}
+h2{border-bottom:2px solid #d0d7de;padding-bottom:.2em}h3{margin-top:1.8em}h4{margin:1.2em 0 .3em}
+img.plot{display:block;max-width:100%;height:auto;border:1px solid #d0d7de;border-radius:.3em;margin:.4em 0}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(30em,1fr));gap:.8em}
+.grid figure{margin:0}.grid figcaption{font-size:.85em;color:#57606a}
+.note{background:#fff8c5;border:1px solid #d4a72c;border-radius:.3em;padding:.5em .8em}
+.diag{font-size:.9em}.diag td:first-child{font-family:monospace}
+section.output{border-left:4px solid #d0d7de;padding-left:1em;margin:1.5em 0}
 """
 
 
@@ -32,28 +44,135 @@ def _case(cert: Certificate) -> str:
         for g, v in cert.gates.items()
     )
     parts.append(f"<table><tr><th>gate</th><th>verdict</th><th>evidence</th></tr>{rows}</table>")
-    for b in cert.bias:
-        findings = b.findings(limit=20)
-        if findings:
-            head = "".join(f"<th>{h}</th>" for h in ("bucket", "statistic", "direction", "effect ULP", "z", "rho",
-                                                       "prod-oracle ULP", "ref-oracle ULP", "verdict"))
-            body = "".join(
-                f"<tr><td>{e(f.label)}</td><td>{f.statistic}</td><td>{e(f.direction)}</td><td>{fmt(f.effect_ulp)}</td>"
-                f"<td>{f.z:+.3g}</td><td>{fmt(f.standardized_effect)}</td><td>{fmt(f.prod_bias_ulp)}</td>"
-                f"<td>{fmt(f.ref_bias_ulp)}</td><td>{_badge(f.verdict.value)}</td></tr>"
-                for f in findings
-            )
-            parts.append(f"<h3>bias · {e(b.output)}</h3><table><tr>{head}</tr>{body}</table>")
-    for v in cert.variance:
-        t = v.tail
-        cells = {"replicates": v.replicates, "K = 0": v.n_zero, "K > 0": v.n_positive, "K = inf": v.n_infinite}
-        if t is not None:
-            cells.update({"u": fmt(t.threshold), "exceedances": t.n_exceedances, "zeta": fmt(t.exceedance_rate),
-                          "xi": fmt(t.shape), "sigma": fmt(t.scale), "r_T": fmt(t.return_level),
-                          "se": fmt(t.standard_error), "U": fmt(t.upper_bound)})
-        row = "".join(f"<tr><th>{k}</th><td>{val}</td></tr>" for k, val in cells.items())
-        parts.append(f"<h3>variance · {e(v.output)}</h3><table>{row}</table><p>{e(v.reason)}</p>")
+    parts.append(_diagnostics(cert))
+    names = [o.name for o in cert.outputs]
+    names += [r.output for r in (*cert.bias, *cert.variance) if r.output not in names]
+    for name in dict.fromkeys(names):
+        parts.append(_output(cert, name))
+    parts.append(_probe_and_provenance(cert))
+    return "\n".join(parts)
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img class="plot" alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _diagnostics(cert: Certificate) -> str:
+    rows = []
+    for gate, results in (("algebra", [cert.algebra]), ("bias", cert.bias), ("variance", cert.variance)):
+        for r in results:
+            where = getattr(r, "output", "")
+            for d in r.diagnostics:
+                rows.append(f"<tr><td>{html.escape(d.code)}</td><td>{gate} {html.escape(where)}</td>"
+                            f"<td>{html.escape(d.message)}</td><td>{html.escape(d.remedy)}</td></tr>")
+    if not rows:
+        return ""
+    return ("<h3>diagnostics</h3><table class='diag'><tr><th>code</th><th>gate</th><th>what</th><th>remedy</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _bias_section(cert: Certificate, b) -> str:
+    from . import plots
+
+    e = html.escape
+    parts = [f"<h4>bias gate {_badge(b.verdict.value)}</h4>",
+             _img(plots.bias_effects(b), f"bias effects per bucket of {b.output}")]
+    findings = b.findings(limit=20)
+    if findings:
+        head = "".join(f"<th>{h}</th>" for h in ("bucket", "statistic", "direction", "effect ULP", "z", "rho",
+                                                   "prod-oracle ULP", "ref-oracle ULP", "verdict"))
+        body = "".join(
+            f"<tr><td>{e(f.label)}</td><td>{f.statistic}</td><td>{e(f.direction)}</td><td>{fmt(f.effect_ulp)}</td>"
+            f"<td>{f.z:+.3g}</td><td>{fmt(f.standardized_effect)}</td><td>{fmt(f.prod_bias_ulp)}</td>"
+            f"<td>{fmt(f.ref_bias_ulp)}</td><td>{_badge(f.verdict.value)}</td></tr>"
+            for f in findings
+        )
+        parts.append(f"<p>worst {len(findings)} buckets at WARN or above:</p><table><tr>{head}</tr>{body}</table>")
+    else:
+        parts.append("<p>no bucket at WARN or above.</p>")
+    return "\n".join(parts)
+
+
+def _no_tail_reason(cert: Certificate, v) -> str:
+    if v.n_infinite:
+        return f"K = inf in {v.n_infinite} replicates: the gate fails without a tail model."
+    if v.n_positive == 0:
+        return "every finite K is 0: there is no tail to fit."
+    return f"too few positive K ({v.n_positive}) for a peaks-over-threshold fit: {v.reason}"
+
+
+def _variance_section(cert: Certificate, v) -> str:
+    from . import plots
+
+    e = html.escape
+    t = v.tail
+    cells = {"replicates": v.replicates, "K = 0": v.n_zero, "K > 0": v.n_positive, "K = inf": v.n_infinite}
+    if v.n_undefined:
+        cells["K undefined"] = v.n_undefined
+    if t is not None:
+        cells.update({"u": f"{fmt(t.threshold)} (q{t.threshold_quantile:.3g} of the positive K)",
+                      "exceedances": t.n_exceedances, "zeta": fmt(t.exceedance_rate),
+                      "xi": f"{fmt(t.shape)} (free fit {fmt(t.shape_unconstrained)})", "sigma": fmt(t.scale),
+                      "T": fmt(t.horizon), "r_T": fmt(t.return_level), "se": fmt(t.standard_error),
+                      "U": fmt(t.upper_bound)})
+    row = "".join(f"<tr><th>{k}</th><td>{val}</td></tr>" for k, val in cells.items())
+    parts = [f"<h4>variance gate {_badge(v.verdict.value)}</h4><p>{e(v.reason)}</p>",
+             _img(plots.k_histogram(v), f"K histogram of {v.output}"), f"<table>{row}</table>"]
+    if t is None:
+        parts.append(f"<p class='note'>no tail fit, no tail diagnostics: {e(_no_tail_reason(cert, v))}</p>")
+    else:
+        figures = (("threshold stability", plots.threshold_stability,
+                    "shape and modified scale should be flat around the chosen u"),
+                   ("mean residual life", plots.mean_residual_life, "mean excess should be linear above u"),
+                   ("QQ plot", plots.qq, "exceedances against the fitted GPD: points near the diagonal"),
+                   ("return level", plots.return_levels,
+                    "r_T against the horizon, 95% bootstrap band, U = r_T + 3 se at the declared T"))
+        cells = "".join(f"<figure>{_img(fn(v), name)}<figcaption>{e(name)}: {e(cap)}</figcaption></figure>"
+                        for name, fn, cap in figures)
+        parts.append(f"<h4>tail diagnostics</h4><div class='grid'>{cells}</div>")
+    return "\n".join(parts)
+
+
+def _output(cert: Certificate, name: str) -> str:
+    e = html.escape
+    parts = [f"<section class='output'><h3>output · {e(name)}</h3>"]
+    bias = [b for b in cert.bias if b.output == name]
+    if cert.bias_skipped_reason:
+        parts.append(f"<h4>bias gate {_badge('SKIPPED')}</h4><p class='note'>{e(cert.bias_skipped_reason)}</p>")
+    for b in bias:
+        parts.append(_bias_section(cert, b))
+    variance = [v for v in cert.variance if v.output == name]
+    if cert.variance_skipped_reason:
+        parts.append(f"<h4>variance gate {_badge('SKIPPED')}</h4><p class='note'>no tail fit: "
+                     f"{e(cert.variance_skipped_reason)}</p>")
+    for v in variance:
+        parts.append(_variance_section(cert, v))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _probe_and_provenance(cert: Certificate) -> str:
+    e = html.escape
     p = cert.provenance
+    parts = ["<h3>probe and provenance</h3>"]
+    probes = p.probes if isinstance(p.probes, dict) else {}
+    rows = []
+    for kind in ("inputs", "weights"):
+        for name, spec in (probes.get(kind) or {}).items():
+            desc = ", ".join(f"{k} = {v}" for k, v in spec.items()) if isinstance(spec, dict) else str(spec)
+            rows.append(f"<tr><td>{kind}</td><td>{e(name)}</td><td>{e(desc)}</td></tr>")
+    if rows:
+        parts.append("<table><tr><th>role</th><th>name</th><th>probe</th></tr>" + "".join(rows) + "</table>")
+    env = p.environment if isinstance(p.environment, dict) else {}
+    versions = env.get("versions", {}) if isinstance(env.get("versions"), dict) else {}
+    facts = {"seed": p.seed, "replicates": f"{p.replicates} (max {p.max_replicates})", "horizon T": fmt(p.horizon),
+             "dtype": p.dtype, "device": p.device, "oracle": probes.get("oracle", "-"), "date": p.date,
+             "wall time": f"{p.wall_time_s:.1f} s",
+             "software": ", ".join(f"{k} {v}" for k, v in versions.items()),
+             "platform": f"{env.get('platform', '-')} ({env.get('cpu', '-')})"}
+    parts.append("<table>" + "".join(f"<tr><th>{k}</th><td>{e(str(v))}</td></tr>" for k, v in facts.items())
+                 + "</table>")
     parts.append(f"<p>reproduce: <code>{e(p.command)}</code></p>")
     prov = json.dumps(to_dict(cert)["provenance"], indent=1)
     parts.append(f"<details><summary>provenance</summary><pre>{e(prov)}</pre></details>")

@@ -33,12 +33,17 @@ from scipy import optimize
 
 __all__ = [
     "GPDFit",
+    "MeanResidualLifeResult",
     "TailFitResult",
+    "ThresholdStabilityResult",
     "bootstrap_indices",
     "fit_gpd",
     "fit_gpd_batch",
     "fit_tail",
+    "gpd_quantile",
+    "mean_excess",
     "return_level",
+    "threshold_stability",
 ]
 
 _DEEP = math.log(0.5)  # s below this (t < -0.5): 1 + t*z may cancel, use (1 - z) + exp(s)*z
@@ -599,6 +604,30 @@ class TailFitResult:
             return_level(self.threshold, self.exceedance_rate, horizon, self.shape, self.scale)
         )
 
+    def qq_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """QQ plot of the exceedances against the fitted GPD: (model, empirical) quantiles, both
+        sorted, at the plotting positions ``(i - 0.5)/n``."""
+        empirical = np.sort(self.exceedances)
+        n = empirical.size
+        p = (np.arange(1, n + 1) - 0.5) / n
+        return gpd_quantile(p, self.shape, self.scale), empirical
+
+    def return_level_curve(self, horizons, level: float = 0.95):
+        """Return levels at each horizon with the stored fit, the bootstrap percentile band at
+        ``level`` and ``r_T + 3*se``: arrays ``(return_level, lower, upper, upper_bound)``."""
+        horizons = np.atleast_1d(np.asarray(horizons, dtype=np.float64))
+        level = float(level)
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level!r}")
+        fit = np.array([self.return_level_at(h) for h in horizons])
+        lower, upper, bound = (np.empty_like(fit) for _ in range(3))
+        for j, h in enumerate(horizons):
+            boot = np.asarray(return_level(self.threshold, self.exceedance_rate, h,
+                                           self.bootstrap_shapes, self.bootstrap_scales), dtype=np.float64)
+            lower[j], upper[j] = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+            bound[j] = fit[j] + 3.0 * float(np.std(boot, ddof=1))
+        return fit, lower, upper, bound
+
     def upper_bound_at(self, horizon: float) -> float:
         """``r_T + 3*se`` at another horizon, se from the stored bootstrap fits."""
         levels = return_level(
@@ -705,3 +734,107 @@ def fit_tail(
         bootstrap_shapes=_frozen(shapes),
         bootstrap_scales=_frozen(scales),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Threshold diagnostics (read by the report's plots; pure functions of the K sample)
+# --------------------------------------------------------------------------------------------
+
+
+def gpd_quantile(probability, shape, scale):
+    """Quantile of the GPD (location 0): ``sigma/xi * ((1 - p)**(-xi) - 1)``, ``-sigma*ln(1 - p)``
+    at ``xi = 0`` (written with ``expm1`` so it is continuous through ``xi = 0``)."""
+    p = np.asarray(probability, dtype=np.float64)
+    if np.any((p < 0) | (p >= 1) | np.isnan(p)):
+        raise ValueError("probability must be in [0, 1)")
+    shape, scale = float(shape), float(scale)
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0, got {scale!r}")
+    log_tail = -np.log1p(-p)  # -ln(1 - p) >= 0
+    if shape == 0.0:
+        return (scale * log_tail)[()]
+    return (scale * np.expm1(shape * log_tail) / shape)[()]
+
+
+def _finite_k(k) -> np.ndarray:
+    sample = np.asarray(k, dtype=np.float64)
+    if sample.ndim != 1:
+        raise ValueError(f"k must be 1-D, got shape {sample.shape}")
+    return sample[np.isfinite(sample)]
+
+
+@dataclass(frozen=True, eq=False)
+class MeanResidualLifeResult:
+    """Mean excess ``e(u) = mean(K - u | K > u)`` per threshold: linear in ``u`` (slope
+    ``xi/(1 - xi)``) above a threshold where the GPD holds."""
+
+    thresholds: np.ndarray
+    mean_excess: np.ndarray  # nan where no K exceeds the threshold
+    n_exceedances: np.ndarray
+    standard_error: np.ndarray  # std(K - u)/sqrt(n) (nan with fewer than 2 exceedances)
+
+    def confidence_interval(self, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """Normal-theory interval of each mean excess."""
+        from scipy.stats import norm
+
+        half = norm.ppf(0.5 + float(level) / 2) * self.standard_error
+        return self.mean_excess - half, self.mean_excess + half
+
+
+def mean_excess(k, thresholds) -> MeanResidualLifeResult:
+    """Mean residual life of the K sample at each threshold (non-finite K are ignored: the
+    variance gate counts infinite K itself)."""
+    sample = _finite_k(k)
+    u = np.atleast_1d(np.asarray(thresholds, dtype=np.float64))
+    if u.ndim != 1 or not np.all(np.isfinite(u)):
+        raise ValueError("thresholds must be a 1-D array of finite values")
+    me, n, se = (np.full(u.shape, np.nan) for _ in range(3))
+    for j, t in enumerate(u):
+        y = sample[sample > t] - t
+        n[j] = y.size
+        if y.size:
+            me[j] = y.mean()
+        if y.size >= 2:
+            se[j] = y.std(ddof=1) / math.sqrt(y.size)
+    return MeanResidualLifeResult(_frozen(u.copy()), _frozen(me), _frozen(n.astype(np.int64)), _frozen(se))
+
+
+@dataclass(frozen=True, eq=False)
+class ThresholdStabilityResult:
+    """GPD fits of the K tail as the threshold moves over quantiles of the positive K. Above a
+    threshold where the GPD holds, the shape and the modified scale ``sigma - xi*u`` are constant."""
+
+    quantiles: np.ndarray
+    thresholds: np.ndarray
+    n_exceedances: np.ndarray
+    shapes: np.ndarray  # nan where too few exceedances
+    scales: np.ndarray
+    modified_scales: np.ndarray  # sigma - xi*u
+    shape_bounds: tuple[float, float]
+
+
+def threshold_stability(k, quantiles, shape_bounds=(-1.0, 1.0), min_exceedances: int = 5) -> ThresholdStabilityResult:
+    """Fit the GPD above each threshold ``u_q`` = the ``q`` quantile of the positive finite K
+    (the same rule as :func:`fit_tail`), with the shape restricted to ``shape_bounds`` (default:
+    the free fit's ``[-1, 1]``); thresholds with fewer than ``min_exceedances`` exceedances get nan."""
+    a, b = _check_bounds(shape_bounds)
+    sample = _finite_k(k)
+    q = np.atleast_1d(np.asarray(quantiles, dtype=np.float64))
+    if q.ndim != 1 or np.any((q < 0) | (q >= 1) | np.isnan(q)):
+        raise ValueError("quantiles must be a 1-D array of values in [0, 1)")
+    if int(min_exceedances) < 2:
+        raise ValueError(f"min_exceedances must be an integer >= 2, got {min_exceedances!r}")
+    positive = sample[sample > 0]
+    if positive.size == 0:
+        raise ValueError("threshold_stability needs positive K, got none")
+    u = np.quantile(positive, q)
+    n = np.zeros(q.shape, np.int64)
+    xi, sigma = np.full(q.shape, np.nan), np.full(q.shape, np.nan)
+    for j, t in enumerate(u):
+        y = positive[positive > t] - t
+        n[j] = y.size
+        if y.size >= int(min_exceedances):
+            fit = fit_gpd(y, (a, b))
+            xi[j], sigma[j] = fit.shape, fit.scale
+    return ThresholdStabilityResult(_frozen(q.copy()), _frozen(u), _frozen(n), _frozen(xi), _frozen(sigma),
+                                    _frozen(sigma - xi * u), (a, b))
