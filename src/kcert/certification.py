@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import os
 import time
 from typing import Callable
 
@@ -11,8 +12,9 @@ import torch
 
 from .case import Case
 from .certificate import Certificate, OutputInfo, Provenance, VarianceThresholds
-from .errors import ParameterError
-from .execution import seeding
+from .errors import KcertError, KernelError, ParameterError
+from .execution import checkpoint as _ckpt
+from .execution import distributed, seeding
 from .execution.environment import describe_environment
 from .execution.runner import Runner
 from .gates.algebra import judge_algebra
@@ -52,12 +54,24 @@ def certify(
     algebra_points: int = 8,
     command: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    resume: bool = False,
+    checkpoint_every: int = 1024,
+    checkpoint_seconds: float = 300.0,
 ) -> Certificate:
     """Certify ``case``: algebra, bias and variance gates over ``replicates`` seeded replicates.
 
     The variance gate may add replicates (doubling) up to ``max_replicates`` (default 4 x
     ``replicates``) while its interval straddles a threshold; the bias gate uses every replicate.
     ``progress(done, planned)`` is called after each replicate.
+
+    ``checkpoint``: a file where the run's state is saved at the first block boundary after every
+    ``checkpoint_every`` replicates or ``checkpoint_seconds`` seconds, at the end of the replicate
+    phase, and when a kernel raises or the run is interrupted. ``resume=True`` continues from it
+    (it must have been written by a run with the same case, seed, dtype, probes, replicates,
+    max_replicates, horizon, thresholds and kcert version) to the certificate an uninterrupted
+    run gives. Under ``torch.distributed`` (a process group of > 1 rank) the accumulation blocks
+    are shared among the ranks; every rank returns the same certificate (docs/scaling.md).
     """
     if not isinstance(case, Case):
         raise ParameterError(f"case must be a kcert.Case, got {type(case).__name__}")
@@ -76,34 +90,67 @@ def certify(
     dev = _check_device(device)
     bias_thresholds = bias_thresholds or BiasThresholds()
     variance_thresholds = variance_thresholds or VarianceThresholds()
+    if resume and checkpoint is None:
+        raise ParameterError("resume=True needs checkpoint, the file to resume from; got checkpoint=None")
+    if checkpoint is not None:
+        checkpoint = os.fspath(checkpoint)
+        _check_int("checkpoint_every", checkpoint_every, 1)
+        try:
+            checkpoint_seconds = float(checkpoint_seconds)
+        except (TypeError, ValueError):
+            raise ParameterError(f"checkpoint_seconds must be a number > 0, got {checkpoint_seconds!r}") from None
+        if not checkpoint_seconds > 0:
+            raise ParameterError(f"checkpoint_seconds must be a number > 0, got {checkpoint_seconds!r}")
+        folder = os.path.dirname(os.path.abspath(checkpoint))
+        if not os.path.isdir(folder):
+            raise ParameterError(f"checkpoint {checkpoint!r}: the folder {folder!r} does not exist")
 
     started = time.perf_counter()
+    comm = distributed.current()
     runner = Runner(case, seed, dev)
-    planned = replicates
-    done = 0
+    fp = _ckpt.fingerprint(case, seed, replicates, max_replicates, horizon, dev, bias_thresholds, variance_thresholds) \
+        if checkpoint is not None else None
+    looks: list[int] = []
+    target = replicates
+    if resume:
+        looks, target = _resume(checkpoint, fp, runner, comm)
+    planned = target
+    done = runner.done
 
-    def tick(_n: int) -> None:
+    def tick(n: int) -> None:
         nonlocal done
-        done += 1
+        done += n
         if progress is not None:
             progress(done, planned)
 
-    looks: list[int] = []
-    target = replicates
-    while True:
-        runner.run(looks[-1] if looks else 0, target, tick)
-        looks.append(target)
-        oracle = runner.oracle_unavailable is None
-        variance = tuple(
-            judge_variance(acc.layout.name, acc.layout.dtype_name, *acc.errors(), horizon, variance_thresholds,
-                           seeding.derived_seed(seed, seeding.BOOTSTRAP, acc.layout.index), tuple(looks))
-            for acc in runner.accumulators
-        ) if oracle else ()
-        if not oracle or all(interval_is_decisive(v) for v in variance) or target >= max_replicates:
-            break
-        target = min(2 * target, max_replicates)
-        planned = target
+    saver = _Saver(checkpoint, fp, runner, comm, checkpoint_every, checkpoint_seconds)
+    try:
+        while True:
+            saver.looks, saver.target = looks, target
+            if not (looks and looks[-1] == target):  # a resumed, finished run has nothing left to compute
+                _advance(runner, target, comm, tick, saver)
+                looks.append(target)
+            oracle = runner.oracle_unavailable is None
+            variance = tuple(
+                judge_variance(acc.layout.name, acc.layout.dtype_name, *acc.errors(), horizon, variance_thresholds,
+                               seeding.derived_seed(seed, seeding.BOOTSTRAP, acc.layout.index), tuple(looks))
+                for acc in runner.accumulators
+            ) if oracle else ()
+            stop = not oracle or all(interval_is_decisive(v) for v in variance) or target >= max_replicates
+            if comm.broadcast(stop):  # rank 0 decides for every rank
+                break
+            target = min(2 * target, max_replicates)
+            planned = target
+    except (KcertError, KeyboardInterrupt) as exc:
+        try:
+            saver.save()  # keep what was computed
+        except OSError as save_error:
+            exc.add_note(f"the checkpoint could not be saved: {save_error}")
+        raise
+    saver.save()
 
+    if runner.accumulators is None:
+        raise KernelError(f"case {case.name!r}: no replicate was computed")
     bias = tuple(judge_bias(acc, bias_thresholds, horizon, attribution=oracle) for acc in runner.accumulators)
     algebra = judge_algebra(case, runner.weights, seed, dev, points=algebra_points, wide_points=algebra_points)
 
@@ -139,3 +186,91 @@ def certify(
         variance_skipped_reason=None if oracle else f"no float64 oracle: {runner.oracle_unavailable}",
         description=case.description,
     )
+
+
+def _resume(path: str, fp: dict, runner: Runner, comm) -> tuple[list[int], int]:
+    """Load the checkpoint (rank 0 reads it and sends it to the other ranks) into ``runner``."""
+    payload = None
+    if comm.rank == 0:
+        try:
+            payload = _ckpt.load(path, fp)
+        except _ckpt.CheckpointError as exc:
+            payload = str(exc)
+    meta, arrays = _ckpt.from_wire(comm.broadcast(payload))
+    return _ckpt.restore(runner, meta, arrays)
+
+
+class _Saver:
+    """Saves the run's state (on rank 0) every ``every`` replicates or ``seconds`` seconds."""
+
+    def __init__(self, path, fp, runner: Runner, comm, every: int, seconds: float):
+        self.path, self.fp, self.runner, self.comm = path, fp, runner, comm
+        self.every, self.seconds = every, seconds
+        self.looks: list[int] = []
+        self.target = 0
+        self._last_done = runner.done
+        self._last_time = time.monotonic()
+
+    def save(self) -> None:
+        if self.path is None or self.comm.rank != 0:
+            return
+        _ckpt.save(self.path, self.runner, self.fp, self.looks, self.target)
+        self._last_done, self._last_time = self.runner.done, time.monotonic()
+
+    def maybe(self) -> None:
+        if self.path is None or self.comm.rank != 0:
+            return
+        if self.runner.done - self._last_done >= self.every or time.monotonic() - self._last_time >= self.seconds:
+            self.save()
+
+
+def _advance(runner: Runner, stop: int, comm, tick: Callable[[int], None], saver: _Saver) -> None:
+    """Compute every replicate below ``stop``, block by block; under torch.distributed the blocks
+    of each round go to the ranks in turn and the round's blocks are gathered by every rank."""
+    if comm.world == 1:
+        for b in runner.blocks_to_run(stop):
+            runner.run_block(b, stop, tick)
+            saver.maybe()
+        return
+    own_ticks = tick if comm.rank == 0 else None
+    try:
+        runner.settle_oracle()  # replicate 0 decides oracle availability, on every rank alike
+        settle_error = None
+    except KcertError as exc:
+        settle_error = exc
+    todo = runner.blocks_to_run(stop)
+    for i in range(0, len(todo), comm.world):
+        round_blocks = todo[i:i + comm.world]
+        mine = round_blocks[comm.rank] if comm.rank < len(round_blocks) else None
+        before = {b: runner.filled(b) for b in round_blocks}
+        error, block = settle_error, None
+        if mine is not None and error is None:
+            try:
+                block = runner.run_block(mine, stop, own_ticks)
+            except Exception as exc:  # noqa: BLE001 - every rank must reach the gather
+                error = exc
+                block = runner.safe_pending().get(mine)  # what was computed before the error
+        payload = {
+            "error": None if error is None else (mine, type(error).__name__, str(error), isinstance(error, KcertError)),
+            "layouts": None if runner.layouts is None else [_ckpt.encode_layout(l) for l in runner.layouts],
+            "block": _ckpt.encode_block(block) if block is not None else None,
+        }
+        gathered = comm.all_gather(payload)
+        if runner.layouts is None:
+            described = next((p["layouts"] for p in gathered if p["layouts"] is not None), None)
+            if described is not None:
+                runner.layouts = _ckpt.decode_layouts(runner.case, described)
+        for rank, p in enumerate(gathered):
+            if rank != comm.rank and p["block"] is not None:
+                runner.add_block(_ckpt.decode_block(p["block"], runner.layouts))
+        if comm.rank == 0:
+            others = sum(runner.filled(b) - before[b] for b in round_blocks if b != mine)
+            if others:
+                tick(others)
+        errors = sorted((p["error"] for p in gathered if p["error"] is not None), key=lambda e: (e[0] is not None, e[0] or 0))
+        if errors:
+            if error is not None and payload["error"] == errors[0]:
+                raise error
+            _block, kind, message, ours = errors[0]
+            raise KernelError(message if ours else f"{kind}: {message}")
+        saver.maybe()

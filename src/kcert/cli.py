@@ -7,6 +7,7 @@ input error (it wins over verdicts: a run with an error is not a certification).
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -65,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("casefile", metavar="CASES.py")
     c.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     _run_options(c, 1024)
+    c.add_argument("--checkpoint", metavar="PATH",
+                   help="save the run's state to PATH (.npz) periodically, on error and on Ctrl-C; with several "
+                        "cases, one file per case: PATH's stem + '.' + case name")
+    c.add_argument("--resume", action="store_true", help="continue from --checkpoint PATH to the same certificate")
+    c.add_argument("--checkpoint-every", type=_integer, default=1024, metavar="N",
+                   help="save after every N replicates (default 1024; at block boundaries of 64)")
+    c.add_argument("--checkpoint-seconds", type=float, default=300.0, metavar="S",
+                   help="or after S seconds (default 300)")
     d = sub.add_parser("demo", help="certify the embedded Gemma RMSNorm pair, correct and defective")
     _run_options(d, 1024)
     k = sub.add_parser("controls", help="run the negative and positive control suite and print the detection table")
@@ -96,9 +105,22 @@ def _command(args, casefile: str | None, case: str) -> str:
     return shlex.join(words)
 
 
+def _checkpoint_path(args, case, n_cases: int) -> str | None:
+    path = getattr(args, "checkpoint", None)
+    if path is None or n_cases == 1:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{case.name}{p.suffix or '.npz'}"))
+
+
 def _run(cases, args, casefile: str | None, console: Console, errors: Console) -> tuple[list[Certificate], bool]:
     certs, failed = [], False
+    cases = list(cases)
     for case in cases:
+        saving = {}
+        if getattr(args, "checkpoint", None) is not None:
+            saving = dict(checkpoint=_checkpoint_path(args, case, len(cases)), resume=args.resume,
+                          checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds)
         progress = Progress(TextColumn(f"[bold]{case.name}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.speed}"),
                             TimeElapsedColumn(), TimeRemainingColumn(), console=errors, transient=True,
                             disable=not errors.is_terminal)
@@ -110,7 +132,8 @@ def _run(cases, args, casefile: str | None, console: Console, errors: Console) -
                     progress.update(task, completed=done, total=planned)
 
                 cert = certify(case, args.replicates, args.horizon, args.seed, max_replicates=args.max_replicates,
-                               device=args.device, command=_command(args, casefile, case.name), progress=tick)
+                               device=args.device, command=_command(args, casefile, case.name), progress=tick,
+                               **saving)
         except KcertError as exc:
             _error(errors, exc)
             failed = True
@@ -143,8 +166,38 @@ def _write_reports(certs: list[Certificate], args, errors: Console) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    errors = Console(stderr=True, soft_wrap=False)
-    console = errors if args.json == "-" else Console()
+    if getattr(args, "resume", False) and args.checkpoint is None:
+        build_parser().error("--resume needs --checkpoint PATH, the file to resume from")
+    from .execution import distributed
+
+    if not distributed.launched_by_torchrun():
+        return _main(args)
+    # torchrun: one process per rank; they share the replicates, rank 0 alone prints and writes
+    if args.command == "controls":
+        if os.environ.get("RANK", "0") == "0":
+            _error(Console(stderr=True), "kcert controls does not run under torchrun; run it as one process")
+        return EXIT_ERROR
+    args.device = distributed.local_device(args.device)
+    try:
+        group = distributed.process_group(args.device)
+        comm = group.__enter__()
+    except (RuntimeError, ValueError) as exc:
+        _error(Console(stderr=True), f"torch.distributed could not start (WORLD_SIZE={os.environ.get('WORLD_SIZE')}): {exc}")
+        return EXIT_ERROR
+    try:
+        code = _main(args, quiet=comm.rank != 0)
+        comm.barrier()  # reports are written before any rank exits
+    finally:
+        group.__exit__(None, None, None)
+    # torchrun stops every rank as soon as one exits non-zero: rank 0 alone carries the outcome
+    return code if comm.rank == 0 else EXIT_PASS
+
+
+def _main(args, quiet: bool = False) -> int:
+    errors = Console(stderr=True, soft_wrap=False, quiet=quiet)
+    console = errors if args.json == "-" else Console(quiet=quiet)
+    if quiet:  # other ranks: no report files either
+        args.json = args.html = None
     if not console.is_terminal:
         console.width = max(console.width, 132)  # tables stay readable in logs and CI output
     for flag in ("--json", "--html", "--markdown"):
@@ -168,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         _error(errors, exc)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        errors.print("kcert: interrupted", highlight=False)
+        saved = f"; state saved to {args.checkpoint}, continue with --resume" if getattr(args, "checkpoint", None) else ""
+        errors.print(f"kcert: interrupted{saved}", highlight=False)
         return 130
     _write_reports(certs, args, errors)
     if failed:

@@ -1,8 +1,17 @@
 """Running replicates: draw probes, evaluate ref, prod and the oracle, fold each replicate into
-mergeable accumulators. Memory is O(buckets + replicates) whatever R is."""
+mergeable accumulators. Memory is O(buckets + replicates) whatever R is.
+
+Accumulation is block-structured so that any split of the work gives the same numbers bit for
+bit: replicates are grouped in fixed blocks of :data:`BLOCK` (block ``b`` is replicates
+``[BLOCK*b, BLOCK*b + BLOCK)``), each block is accumulated from empty in replicate order, and
+blocks are merged (Chan) into the running total in block order. One process, several processes
+(``torch.distributed``) and a run resumed from a checkpoint all perform exactly the same floating
+point operations in the same order.
+"""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -67,6 +76,13 @@ class OutputAccumulator:
         self.nonfinite_ref += other.nonfinite_ref
         self.nonfinite_replicates = sorted(self.nonfinite_replicates + other.nonfinite_replicates)[:16]
 
+    def copy(self) -> "OutputAccumulator":
+        return OutputAccumulator(
+            self.layout, {row: copy.deepcopy(m) for row, m in self.moments.items()}, list(self.replicate),
+            list(self.e_prod), list(self.e_ref), list(self.peak), self.nonfinite_prod, self.nonfinite_ref,
+            list(self.nonfinite_replicates),
+        )
+
     def errors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(E_prod, E_ref, peak) ordered by replicate index."""
         order = np.argsort(self.replicate, kind="stable")
@@ -81,17 +97,86 @@ def as_outputs(value, role: str, where: str) -> tuple[torch.Tensor, ...]:
     raise KernelError(f"{where}: {role} must return a tensor or a non-empty tuple of tensors, got {type(value).__name__}")
 
 
+BLOCK = 64  # replicates per accumulation block; part of the numbers' definition, never change per run
+
+
+@dataclass
+class Block:
+    """Block ``index`` accumulated from empty over replicates ``[first, first + filled)``;
+    ``first`` is ``BLOCK*index`` except for shards made by :meth:`Runner.run` on a bare range."""
+
+    index: int
+    first: int
+    filled: int
+    outputs: list[OutputAccumulator]
+
+    @property
+    def next_replicate(self) -> int:
+        return self.first + self.filled
+
+    @property
+    def complete(self) -> bool:
+        return self.first == BLOCK * self.index and self.filled == BLOCK
+
+
 class Runner:
-    """Evaluates a case replicate by replicate. Replicate r depends on (seed, r) alone."""
+    """Evaluates a case replicate by replicate. Replicate r depends on (seed, r) alone.
+
+    State: ``layouts`` (fixed by the first replicate), the merge of the complete blocks
+    ``0 .. folded-1`` (``prefix``) and the blocks after them that are partly or wholly computed
+    but not yet merged (``pending``, at most one in a single process). ``accumulators`` is the
+    merge of all of them in block order.
+    """
 
     def __init__(self, case: Case, seed: int, device: torch.device | str = "cpu"):
         self.case = case
         self.seed = int(seed)
         self.device = torch.device(device)
         self.weights = probes.draw_weights(case, self.seed, self.device)
-        self.accumulators: list[OutputAccumulator] | None = None
+        self.layouts: list[OutputLayout] | None = None
+        self.prefix: list[OutputAccumulator] | None = None
+        self.folded = 0
+        self.pending: dict[int, Block] = {}
+        self._view: list[OutputAccumulator] | None = None
+        self._writing: int | None = None  # block being written to (unsafe to save if interrupted)
         self.oracle_source = "given" if case.oracle is not None else "ref in real mode"
         self.oracle_unavailable: str | None = None
+        self.oracle_checked = False  # whether oracle_unavailable is settled
+
+    # -- merged view ----------------------------------------------------------------------------
+    @property
+    def accumulators(self) -> list[OutputAccumulator] | None:
+        """Every computed replicate, merged in block order (cached until the next replicate)."""
+        if self._view is None and self.layouts is not None:
+            view = [a.copy() for a in self.prefix] if self.prefix is not None else [OutputAccumulator.empty(l) for l in self.layouts]
+            for b in sorted(self.pending):
+                for acc, part in zip(view, self.pending[b].outputs):
+                    acc.merge(part)
+            self._view = view
+        return self._view
+
+    @property
+    def done(self) -> int:
+        """Replicates computed so far."""
+        return BLOCK * self.folded + sum(b.filled for b in self.pending.values())
+
+    def filled(self, b: int) -> int:
+        if b < self.folded:
+            return BLOCK
+        return self.pending[b].filled if b in self.pending else 0
+
+    def _fold(self) -> None:
+        while self.folded in self.pending and self.pending[self.folded].complete:
+            block = self.pending.pop(self.folded)
+            if self.prefix is None:
+                self.prefix = [OutputAccumulator.empty(l) for l in self.layouts]
+            for acc, part in zip(self.prefix, block.outputs):
+                acc.merge(part)
+            self.folded += 1
+
+    def _set_layouts(self, layouts: list[OutputLayout]) -> None:
+        if self.layouts is None:
+            self.layouts = layouts
 
     # -- error context ------------------------------------------------------------------------
     def where(self, r: int | None = None) -> str:
@@ -114,15 +199,47 @@ class Runner:
             return self._call("oracle", self.case.oracle, exact, r)
         try:
             with torch.no_grad():
-                return run_real(lambda: self.case.ref(**exact), dtype=torch.float64, name="ref")
+                out = run_real(lambda: self.case.ref(**exact), dtype=torch.float64, name="ref")
+            self.oracle_checked = True
+            return out
         except RealModeUnsupported as exc:
-            if r == 0 or self.accumulators is None:
+            if r == 0 or not self.oracle_checked:
                 self.oracle_unavailable = str(exc)
+                self.oracle_checked = True
                 return None
             raise KernelError(f"{self.where(r)}: ref stopped running in real mode: {exc}") from exc
 
+    def settle_oracle(self) -> None:
+        """Decide oracle availability as replicate 0 would (for a process that does not run it)."""
+        if self.oracle_checked or self.case.oracle is not None:
+            return
+        draw = probes.draw_inputs(self.case, self.seed, 0, self.device)
+        self._oracle({**draw.exact, **self.weights.exact}, 0)
+
     # -- one replicate ------------------------------------------------------------------------
-    def step(self, r: int) -> None:
+    def step(self, r: int) -> Block:
+        """Evaluate replicate ``r`` and add it to its block (which must have reached ``r``)."""
+        summaries = self.evaluate(r)
+        b = r // BLOCK
+        block = self.pending.get(b)
+        if block is None:
+            if b < self.folded:
+                raise RuntimeError(f"replicate {r} was already computed (block {b} is merged)")
+            block = self.pending[b] = Block(b, r, 0, [OutputAccumulator.empty(l) for l in self.layouts])
+        if block.next_replicate != r:
+            raise RuntimeError(f"replicate {r} is out of order: block {b} is at replicate {block.next_replicate}")
+        self._writing = b
+        self._view = None
+        for acc, summary in zip(block.outputs, summaries):
+            acc.add(r, summary)
+        block.filled += 1
+        self._writing = None
+        if block.complete:
+            self._fold()
+        return block
+
+    def evaluate(self, r: int) -> list[ReplicateSummary]:
+        """Run the kernels on replicate ``r`` and reduce every output; changes no accumulator."""
         draw = probes.draw_inputs(self.case, self.seed, r, self.device)
         working = {**draw.working, **self.weights.working}
         exact = {**draw.exact, **self.weights.exact}
@@ -139,17 +256,17 @@ class Runner:
                 raise KernelError(f"{where}: the oracle returns {len(oracle_out)} outputs but ref returns {len(ref_out)}")
 
         n = len(ref_out)
-        if self.accumulators is None:
+        if self.layouts is None:
             layouts = []
             for i, (a, b) in enumerate(zip(ref_out, prod_out)):
                 name = self.case.output_name(i, n)
                 layouts.append(make_layout(i, name, a, b, self.case.bucket_spec(i, n), self.where()))
-            self.accumulators = [OutputAccumulator.empty(layout) for layout in layouts]
-        elif n != len(self.accumulators):
-            raise KernelError(f"{where}: the kernels now return {n} outputs, {len(self.accumulators)} before")
+            self.layouts = layouts
+        elif n != len(self.layouts):
+            raise KernelError(f"{where}: the kernels now return {n} outputs, {len(self.layouts)} before")
 
-        for acc, a, b, i in zip(self.accumulators, ref_out, prod_out, range(n)):
-            layout = acc.layout
+        summaries = []
+        for layout, a, b, i in zip(self.layouts, ref_out, prod_out, range(n)):
             for role, t in (("ref", a), ("prod", b)):
                 if tuple(t.shape) != layout.shape:
                     raise KernelError(
@@ -164,10 +281,43 @@ class Runner:
             labels = None
             if isinstance(layout.spec, Labels):
                 labels = bucket_labels(layout.spec, draw.working, self.weights.working, a, f"{where}, {layout.name}")
-            acc.add(r, summarize(layout, a, b, o, labels))
+            summaries.append(summarize(layout, a, b, o, labels))
+        return summaries
+
+    def run_block(self, b: int, stop: int, progress: Callable[[int], None] | None = None) -> Block | None:
+        """Continue block ``b`` up to replicate ``stop`` (exclusive) or its end; returns the block
+        (also when it is complete and already merged), None if nothing was computed."""
+        block = self.pending.get(b)
+        start = block.next_replicate if block is not None else BLOCK * b
+        for r in range(start, min(stop, BLOCK * (b + 1))):
+            block = self.step(r)
+            if progress is not None:
+                progress(1)
+        return block
 
     def run(self, start: int, stop: int, progress: Callable[[int], None] | None = None) -> None:
+        """Compute replicates ``[start, stop)`` in order, continuing the blocks they fall in.
+
+        ``certify`` runs contiguous ranges from 0, which makes every block canonical; a bare
+        range (a shard) is accumulated the same way and merges with the others via
+        ``accumulators[i].merge``."""
         for r in range(start, stop):
             self.step(r)
             if progress is not None:
                 progress(1)
+
+    def blocks_to_run(self, stop: int) -> list[int]:
+        """Blocks that still miss replicates below ``stop``, in order."""
+        return [b for b in range(self.folded, -(-stop // BLOCK)) if self.filled(b) < min(BLOCK, stop - BLOCK * b)]
+
+    def safe_pending(self) -> dict[int, Block]:
+        """Pending blocks in a consistent state (a block interrupted mid-update is left out)."""
+        return {b: blk for b, blk in self.pending.items() if b != self._writing}
+
+    def add_block(self, block: Block) -> None:
+        """Install a block computed elsewhere (another rank, a checkpoint) and fold what can be."""
+        if block.index < self.folded:
+            return
+        self.pending[block.index] = block
+        self._view = None
+        self._fold()

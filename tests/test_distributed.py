@@ -1,0 +1,175 @@
+"""Scale-out: the accumulation blocks shared among ranks give the one-process certificate bit for bit.
+
+In-process ranks (threads with a pickling all-gather) cover several world sizes quickly; one test
+launches real torchrun with two CPU ranks on gloo."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import kcert
+import kcert.certification as certification
+from kcert.report.jsonio import dumps
+from kernels import rmsnorm_ref
+
+
+def bf16_rmsnorm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def fragile_rmsnorm(x, w):
+    if x.float().abs().max() > 3.6:  # some replicates draw such an x: a deterministic kernel error
+        raise RuntimeError("overflow guard tripped")
+    return bf16_rmsnorm(x, w)
+
+
+def make_case(prod=bf16_rmsnorm):
+    return kcert.Case(name="rms_bf16", ref=rmsnorm_ref, prod=prod, inputs={"x": kcert.Gaussian((4, 64), shift=0.1)},
+                      weights={"w": kcert.Gaussian((64,), shift=1.0, std=0.1)}, buckets=kcert.Axes(-1))
+
+
+def report(cert) -> dict:
+    data = json.loads(dumps([cert]))
+    data = data[0] if isinstance(data, list) else data
+    for key in ("date", "wall_time_s"):
+        data["provenance"].pop(key)
+    data["provenance"]["environment"].pop("torch_threads")
+    return data
+
+
+class ThreadRanks:
+    """``world`` ranks as threads: all_gather pickles like torch.distributed does. One rank runs at
+    a time (``lock``, released only inside collectives): real mode patches process-wide state."""
+
+    def __init__(self, world):
+        self.world, self.barrier, self.box = world, threading.Barrier(world, timeout=60), [None] * world
+        self.lock = threading.Lock()
+
+    def wait(self):
+        self.lock.release()
+        try:
+            self.barrier.wait()
+        finally:
+            self.lock.acquire()
+
+    def comm(self, rank):
+        ranks = self
+
+        class Comm:
+            def __init__(self):
+                self.rank, self.world = rank, ranks.world
+
+            def all_gather(self, obj):
+                ranks.box[rank] = pickle.dumps(obj)
+                ranks.wait()
+                out = [pickle.loads(b) for b in ranks.box]
+                ranks.wait()
+                return out
+
+            def broadcast(self, obj):
+                return self.all_gather(obj)[0]
+
+        return Comm()
+
+
+def run_ranks(monkeypatch, world, prod=bf16_rmsnorm, **kwargs):
+    ranks, local, results = ThreadRanks(world), threading.local(), [None] * world
+    monkeypatch.setattr(certification.distributed, "current", lambda: local.comm)
+
+    def go(rank):
+        local.comm = ranks.comm(rank)
+        with ranks.lock:
+            try:
+                results[rank] = kcert.certify(make_case(prod), **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - inspected by the test
+                results[rank] = exc  # (a rank that stopped alone leaves the others to the barrier timeout)
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.mark.parametrize("world", [2, 3, 5])
+def test_any_sharding_gives_the_one_process_certificate(monkeypatch, world):
+    kwargs = dict(replicates=50, max_replicates=200, seed=3, algebra_points=1)
+    single = report(kcert.certify(make_case(), **kwargs))
+    results = run_ranks(monkeypatch, world, **kwargs)
+    for cert in results:
+        assert not isinstance(cert, BaseException), cert
+        assert report(cert) == single
+    assert results[0].variance[0].looks == (50, 100, 200)
+
+
+def test_distributed_checkpoint_resumes_in_one_process(monkeypatch, tmp_path):
+    kwargs = dict(replicates=50, max_replicates=200, seed=3, algebra_points=1)
+    single = report(kcert.certify(make_case(), **kwargs))
+    path = tmp_path / "run.npz"
+    results = run_ranks(monkeypatch, 3, checkpoint=path, **kwargs)
+    assert not any(isinstance(r, BaseException) for r in results)
+    monkeypatch.undo()
+    assert report(kcert.certify(make_case(), checkpoint=path, resume=True, **kwargs)) == single
+
+
+def test_a_kernel_error_on_one_rank_stops_every_rank_with_the_one_process_message(monkeypatch):
+    kwargs = dict(replicates=200, max_replicates=200, seed=3, algebra_points=1)
+    with pytest.raises(kcert.errors.KernelError) as single:
+        kcert.certify(make_case(fragile_rmsnorm), **kwargs)
+    assert "overflow guard tripped" in str(single.value)
+    results = run_ranks(monkeypatch, 3, prod=fragile_rmsnorm, **kwargs)
+    for error in results:
+        assert isinstance(error, kcert.errors.KernelError) and str(error) == str(single.value)
+
+
+CASEFILE = '''
+import torch, kcert
+def ref(x, w):
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+def prod(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+case = kcert.Case(name="rms", ref=ref, prod=prod, inputs={"x": kcert.Gaussian((4, 64), shift=0.1)},
+                  weights={"w": kcert.Gaussian((64,), shift=1.0, std=0.1)}, buckets=kcert.Axes(-1))
+'''
+
+
+def test_torchrun_two_cpu_ranks_match_one_process(tmp_path):
+    """torchrun --nproc-per-node 2 (gloo) writes the JSON of a one-process run, date and wall time aside."""
+    cases = tmp_path / "cases.py"
+    cases.write_text(CASEFILE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    args = ["certify", str(cases), "-R", "100", "--max-replicates", "400", "-s", "3"]
+    one = subprocess.run([sys.executable, "-m", "kcert", *args, "--json", str(tmp_path / "one.json")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert one.returncode in (0, 1, 3), one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "kcert", *args, "--json", str(tmp_path / "two.json"),
+                          "--checkpoint", str(tmp_path / "two.npz")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    # rank 0 carries the exit code; torchrun turns any non-zero one into its own failure
+    assert (two.returncode == 0) == (one.returncode == 0), two.stderr
+    assert two.stdout.count("reproduce: kcert certify") == 1  # only rank 0 renders
+
+    def load(name):
+        data = json.loads((tmp_path / name).read_text())
+        data = data[0] if isinstance(data, list) else data
+        for key in ("date", "wall_time_s"):
+            data["provenance"].pop(key)
+        return data
+
+    assert load("two.json") == load("one.json")
+    # the checkpoint written by the two ranks resumes in one process to the same certificate
+    again = subprocess.run([sys.executable, "-m", "kcert", *args, "--json", str(tmp_path / "again.json"),
+                            "--checkpoint", str(tmp_path / "two.npz"), "--resume"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == one.returncode, again.stderr
+    assert load("again.json") == load("one.json")
