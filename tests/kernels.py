@@ -10,3 +10,28 @@ def rmsnorm_ref(x, w):
 
 def rmsnorm_builtin(x, w):
     return torch.nn.functional.rms_norm(x.float(), (x.shape[-1],), w.float(), eps=1e-6).to(x.dtype)
+
+
+def bf16_rmsnorm(x, w):
+    """The same RMSNorm computed entirely in the working precision: differs from rmsnorm_ref."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def rms_bf16_case(prod=bf16_rmsnorm):
+    import kcert
+
+    return kcert.Case(name="rms_bf16", ref=rmsnorm_ref, prod=prod, inputs={"x": kcert.Gaussian((4, 64), shift=0.1)},
+                      weights={"w": kcert.Gaussian((64,), shift=1.0, std=0.1)}, buckets=kcert.Axes(-1))
+
+
+def stable_report(cert, *environment_keys) -> dict:
+    """The JSON report without what legitimately differs between equal runs (date, wall time, and
+    the named environment fields)."""
+    from kcert.report.jsonio import to_dict
+
+    data = to_dict(cert)
+    for key in ("date", "wall_time_s"):
+        data["provenance"].pop(key)
+    for key in environment_keys:
+        data["provenance"]["environment"].pop(key)
+    return data

@@ -5,33 +5,18 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import kcert
 from kcert.cli import main
 from kcert.errors import KcertError, KernelError, ParameterError
 from kcert.execution.checkpoint import FORMAT, CheckpointError
-from kcert.report.jsonio import dumps
-from kernels import rmsnorm_ref
+from kernels import bf16_rmsnorm, rms_bf16_case, rmsnorm_ref, stable_report
 
 R, M, SEED = 50, 200, 3  # three looks: 50, 100, 200 (blocks of 64: partial blocks at every look)
 
 
-def bf16_rmsnorm(x, w):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-
-
-def make_case(prod=bf16_rmsnorm):
-    return kcert.Case(name="rms_bf16", ref=rmsnorm_ref, prod=prod, inputs={"x": kcert.Gaussian((4, 64), shift=0.1)},
-                      weights={"w": kcert.Gaussian((64,), shift=1.0, std=0.1)}, buckets=kcert.Axes(-1))
-
-
-def report(cert) -> dict:
-    data = json.loads(dumps([cert]))
-    data = data[0] if isinstance(data, list) else data
-    data["provenance"].pop("date")
-    data["provenance"].pop("wall_time_s")
-    return data
+make_case = rms_bf16_case
+report = stable_report
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,10 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 
 import kcert
 import kcert.certification as certification
-from kcert.report.jsonio import dumps
-from kernels import rmsnorm_ref
-
-
-def bf16_rmsnorm(x, w):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+from kernels import bf16_rmsnorm, rms_bf16_case, stable_report
 
 
 def fragile_rmsnorm(x, w):
@@ -30,18 +24,11 @@ def fragile_rmsnorm(x, w):
     return bf16_rmsnorm(x, w)
 
 
-def make_case(prod=bf16_rmsnorm):
-    return kcert.Case(name="rms_bf16", ref=rmsnorm_ref, prod=prod, inputs={"x": kcert.Gaussian((4, 64), shift=0.1)},
-                      weights={"w": kcert.Gaussian((64,), shift=1.0, std=0.1)}, buckets=kcert.Axes(-1))
+make_case = rms_bf16_case
 
 
 def report(cert) -> dict:
-    data = json.loads(dumps([cert]))
-    data = data[0] if isinstance(data, list) else data
-    for key in ("date", "wall_time_s"):
-        data["provenance"].pop(key)
-    data["provenance"]["environment"].pop("torch_threads")
-    return data
+    return stable_report(cert, "torch_threads")
 
 
 class ThreadRanks:
