@@ -214,3 +214,17 @@ case = kcert.Case(name="inf", ref=lambda x: x * 2, prod=prod, inputs={"x": kcert
     r = json.loads(out)  # strict: json.loads rejects bare Infinity only with parse_constant; check strings
     assert "Infinity" in r["gates"]["variance"]["outputs"][0]["k"]["values"]
     assert r["gates"]["bias"]["outputs"][0]["nonfinite"]["prod"] == 64
+
+
+def test_progress_rate_column_reads_replicates_per_second():
+    from rich.progress import Progress
+
+    from kcert.cli import _Rate
+
+    progress = Progress(_Rate(), disable=True)
+    task_id = progress.add_task("r", total=10)
+    task = progress.tasks[0]
+    assert _Rate().render(task).plain == ""  # no speed yet
+    for i in range(1, 4):
+        progress.update(task_id, completed=i)
+    assert task.speed is None or _Rate().render(task).plain.endswith(" rep/s")

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape as rich_escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.text import Text
 
 from . import __version__
 from .certificate import Certificate
@@ -30,6 +32,13 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"kcert: error: {message}\n")
         raise SystemExit(EXIT_ERROR)
+
+
+class _Rate(ProgressColumn):
+    """Replicates per second (rich's own speed columns speak of bytes or hide the rate)."""
+
+    def render(self, task) -> Text:
+        return Text(f"{task.speed:.1f} rep/s" if task.speed else "", style="cyan")
 
 
 def _error(errors: Console, message) -> None:
@@ -121,9 +130,9 @@ def _run(cases, args, casefile: str | None, console: Console, errors: Console) -
         if getattr(args, "checkpoint", None) is not None:
             saving = dict(checkpoint=_checkpoint_path(args, case, len(cases)), resume=args.resume,
                           checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds)
-        progress = Progress(TextColumn(f"[bold]{case.name}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.speed}"),
-                            TimeElapsedColumn(), TimeRemainingColumn(), console=errors, transient=True,
-                            disable=not errors.is_terminal)
+        progress = Progress(TextColumn(f"[bold]{case.name}"), BarColumn(), MofNCompleteColumn(),
+                            _Rate(), TimeElapsedColumn(), TimeRemainingColumn(),
+                            console=errors, transient=True, disable=not errors.is_terminal)
         try:
             with progress:
                 task = progress.add_task("replicates", total=args.replicates)
