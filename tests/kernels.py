@@ -35,3 +35,17 @@ def stable_report(cert, *environment_keys) -> dict:
     for key in environment_keys:
         data["provenance"]["environment"].pop(key)
     return data
+
+
+def rms_bf16_casefile(width: int) -> str:
+    """A case file with the rms_bf16 pair (hidden size ``width``), for command-line tests."""
+    return f'''
+import torch, kcert
+def ref(x, w):
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+def prod(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+case = kcert.Case(name="rms", ref=ref, prod=prod, inputs={{"x": kcert.Gaussian((4, {width}), shift=0.1)}},
+                  weights={{"w": kcert.Gaussian(({width},), shift=1.0, std=0.1)}}, buckets=kcert.Axes(-1))
+'''

@@ -10,7 +10,7 @@ import kcert
 from kcert.cli import main
 from kcert.errors import KcertError, KernelError, ParameterError
 from kcert.execution.checkpoint import FORMAT, CheckpointError
-from kernels import bf16_rmsnorm, rms_bf16_case, rmsnorm_ref, stable_report
+from kernels import rms_bf16_casefile, bf16_rmsnorm, rms_bf16_case, rmsnorm_ref, stable_report
 
 R, M, SEED = 50, 200, 3  # three looks: 50, 100, 200 (blocks of 64: partial blocks at every look)
 
@@ -111,16 +111,7 @@ def test_parameter_errors():
         kcert.certify(make_case(), R, checkpoint="/no/such/folder/x.npz")
 
 
-CASEFILE = '''
-import torch, kcert
-def ref(x, w):
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
-def prod(x, w):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-case = kcert.Case(name="rms", ref=ref, prod=prod, inputs={"x": kcert.Gaussian((4, 32), shift=0.1)},
-                  weights={"w": kcert.Gaussian((32,), shift=1.0, std=0.1)})
-'''
+CASEFILE = rms_bf16_casefile(32)
 
 
 def test_cli_checkpoint_resume_and_refusal(tmp_path, capsys):

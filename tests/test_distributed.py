@@ -15,7 +15,7 @@ import pytest
 
 import kcert
 import kcert.certification as certification
-from kernels import bf16_rmsnorm, rms_bf16_case, stable_report
+from kernels import rms_bf16_casefile, bf16_rmsnorm, rms_bf16_case, stable_report
 
 
 def fragile_rmsnorm(x, w):
@@ -117,16 +117,7 @@ def test_a_kernel_error_on_one_rank_stops_every_rank_with_the_one_process_messag
         assert isinstance(error, kcert.errors.KernelError) and str(error) == str(single.value)
 
 
-CASEFILE = '''
-import torch, kcert
-def ref(x, w):
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
-def prod(x, w):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-case = kcert.Case(name="rms", ref=ref, prod=prod, inputs={"x": kcert.Gaussian((4, 64), shift=0.1)},
-                  weights={"w": kcert.Gaussian((64,), shift=1.0, std=0.1)}, buckets=kcert.Axes(-1))
-'''
+CASEFILE = rms_bf16_casefile(64)
 
 
 def test_torchrun_two_cpu_ranks_match_one_process(tmp_path):
