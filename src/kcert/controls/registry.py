@@ -9,9 +9,10 @@ from typing import Callable
 
 from ..case import Case
 
-FAMILIES = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss")
+FAMILIES = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss", "backward", "framework")
 # Modules that define controls; importing them fills the registry.
-MODULES = ("norms", "rope", "attention", "moe", "activations")
+# A module that is absent (or needs an optional extra that is not installed) is skipped.
+MODULES = ("norms", "rope", "attention", "moe", "activations", "backward", "framework")
 
 
 @dataclass(frozen=True)
