@@ -49,3 +49,20 @@ def prod(x, w):
 case = kcert.Case(name="rms", ref=ref, prod=prod, inputs={{"x": kcert.Gaussian((4, {width}), shift=0.1)}},
                   weights={{"w": kcert.Gaussian(({width},), shift=1.0, std=0.1)}}, buckets=kcert.Axes(-1))
 '''
+
+
+def control_bar_failures(control, cert) -> list[str]:
+    """What a control's certificate violates of the suite's bar: a negative not detected (not WARN or FAIL),
+    a positive that FAILs, a verdict other than the control's declared ``expect``."""
+    import kcert.report.text
+
+    verdict = cert.verdict
+    failures = []
+    if control.kind == "negative" and verdict.value not in ("WARN", "FAIL"):
+        failures.append(f"negative {control.name} not detected: {verdict.value}")
+    if control.kind == "positive" and verdict.value == "FAIL":
+        failures.append(f"positive {control.name} FAILs: {kcert.report.text.failure_message(cert)}")
+    if control.expect is not None and verdict.value != control.expect:
+        failures.append(f"{control.name}: expected {control.expect}, got {verdict.value} "
+                        f"({ {k: v.value for k, v in cert.gates.items()} })")
+    return failures

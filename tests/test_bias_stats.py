@@ -102,3 +102,11 @@ def test_negligible_or_insignificant_prod_bias_is_not_prods_defect():
     r = judge_buckets("raw", np.full(1, 1024), np.array([0.055]), np.array([0.01]), np.ones(1), BiasThresholds(), T,
                       np.array([0.05]), np.array([-0.005]), prod_bias_z=np.array([1.5]))
     assert r.verdict[0] == PASS and r.reason[0] == ATTRIBUTED_TO_REF
+
+
+def test_familywise_bound_uses_student_t_for_finite_replicates():
+    from scipy.stats import t
+    assert power.familywise_error_bound(256, 5, 64) == pytest.approx(2 * 256 * t.sf(5, 63))
+    # the normal tail understates the rate by ~8x at R = 64, ~1.2x at R = 1024
+    assert power.familywise_error_bound(256, 5, 64) > 5 * power.familywise_error_bound(256, 5)
+    assert 1.1 < power.familywise_error_bound(1, 5, 1024) / power.familywise_error_bound(1, 5) < 1.3

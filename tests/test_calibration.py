@@ -6,6 +6,7 @@ Deterministic (fixed seeds), so never flaky: a change that breaks calibration fa
 import numpy as np
 import pytest
 from scipy.stats import binom, norm
+from scipy.stats import t as t_dist
 
 import kcert
 from kcert.stats import power
@@ -37,7 +38,7 @@ def test_familywise_false_alarms_under_the_union_bound():
     rng = np.random.default_rng(7)
     z_star, runs, buckets = 4.0, 300, 256
     any_signal = sum(bool(_null_run(rng, 1024, buckets, z_star).any()) for _ in range(runs))
-    bound = power.familywise_error_bound(buckets, z_star)
+    bound = power.familywise_error_bound(buckets, z_star, 1024)
     # the union bound over buckets: observed rate at or below it (up to binomial noise)
     assert any_signal <= binom.ppf(1 - 1e-6, runs, bound), (any_signal, runs * bound)
 
@@ -47,4 +48,6 @@ def test_known_good_kernel_pair_never_fails_over_seeds(small_case):
                 for s in range(10)]
     assert kcert.Verdict.FAIL not in verdicts
     cert = kcert.certify(small_case, replicates=128, seed=0, algebra_points=2)
-    assert cert.bias[0].familywise_error_bound == pytest.approx(2 * 2 * 64 * norm.sf(5.0))
+    # Student t with R - 1 degrees of freedom: z divides by the sample sd
+    assert cert.bias[0].familywise_error_bound == pytest.approx(2 * 2 * 64 * t_dist.sf(5.0, 127))
+    assert cert.bias[0].familywise_error_bound > 2 * 2 * 64 * norm.sf(5.0)

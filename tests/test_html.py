@@ -61,8 +61,8 @@ def test_sections_in_order(certs, page):
 
 def test_embedded_pngs_decode_and_are_not_blank(page):
     images = DATA_URI.findall(page)
-    # correct: bias + K histogram; bf16_gain: bias + K histogram + four tail diagnostics
-    assert len(images) == 8
+    # correct: bias + K histogram + L0 ULP distances; bf16_gain: the same + four tail diagnostics
+    assert len(images) == 10
     for data in images:
         pixels = decode(base64.b64decode(data))
         assert pixels.shape[0] > 200 and pixels.shape[1] > 400

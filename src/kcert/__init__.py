@@ -27,6 +27,7 @@ _EXPORTS = {
     "Certificate": "certificate",
     "VarianceResult": "certificate",
     "VarianceThresholds": "certificate",
+    "gradients": "backward",
     "certify": "certification",
     "CaseError": "errors",
     "CaseFileError": "errors",
@@ -37,6 +38,8 @@ _EXPORTS = {
     "semantic_round": "execution.realmode",
     "BiasThresholds": "stats.bias",
     "Verdict": "verdict",
+    "assert_certified": "assertions",
+    "NotCertified": "assertions",
 }
 
 __all__ = sorted(_EXPORTS)

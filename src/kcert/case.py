@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -48,7 +49,7 @@ class Probe:
     def sample(self, generator: torch.Generator, device: torch.device, precision: torch.dtype):
         raise NotImplementedError
 
-    def widened(self, factor: float) -> "Probe":
+    def widened(self, factor: float) -> Probe:
         """The same probe with a wider spread (used by the algebra gate's identity test)."""
         return self
 
@@ -256,6 +257,13 @@ class Case:
     model definition can be kept); default: ref evaluated in real mode. prod_math: optional real
     definition of prod for the algebra gate when prod cannot run in real mode (Triton, CUDA).
     buckets: one spec for every output, or a sequence with one spec per output.
+    independent_leading_axis: declare that ref, prod and the oracle treat a new leading axis
+    independently: called with every input stacked along a new axis 0 (weights unchanged), they
+    return each output stacked the same way, slice ``i`` computed from slice ``i`` of the inputs
+    alone (row-wise norms, activations, RoPE, attention written with negative axes). The runner
+    then evaluates several replicates per kernel call (batch size from ``certify(batch_memory=...)``);
+    each replicate still draws from its own seed and is reduced on its own slice, so the
+    certificate is the one an unbatched run gives, up to the kernels' own batch dependence.
     """
 
     name: str
@@ -269,6 +277,7 @@ class Case:
     prod_math: Callable[..., Any] | None = None
     output_names: Sequence[str] | None = None
     description: str = ""
+    independent_leading_axis: bool = False
 
     def __post_init__(self):
         where = f"case {self.name!r}" if isinstance(self.name, str) else "case"
@@ -307,6 +316,10 @@ class Case:
                 raise CaseError(
                     f"{where}: buckets must be kcert.Axes(...) or kcert.Labels(fn) (or one per output), got {spec!r}"
                 )
+        if not isinstance(self.independent_leading_axis, bool):
+            raise CaseError(
+                f"{where}: independent_leading_axis must be True or False, got {self.independent_leading_axis!r}"
+            )
         if self.output_names is not None and not all(isinstance(n, str) for n in self.output_names):
             raise CaseError(f"{where}: output_names must be strings, got {self.output_names!r}")
 

@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .diagnostics import Diagnostic
+from .errors import ParameterError
 from .stats import identity
 from .stats.bias import FAIL, REASON_TEXT, WARN, BiasThresholds, BucketTestResult
+from .stats.bitwise import BIN_LABELS, GrowthTest
+from .stats.profile import ReturnLevelInterval, ShapeTest
 from .stats.tail import TailFitResult
 from .verdict import Verdict, overall
 
@@ -30,10 +33,30 @@ class AlgebraOutputResult:
 
 
 @dataclass(frozen=True)
+class AlgebraProofResult:
+    """The symbolic proof level of Gate 1: ref and prod evaluated on tensors of real symbols at a small
+    shape, ``ref - prod`` simplified. ``outcome``: "proved" (zero for every element of every output),
+    "disproved" (a non-zero difference, confirmed at ``witness``) or "not reached" (``reason`` names
+    why: "unsupported", "shape", "too large", "budget", "undecided", "mismatch", "error")."""
+
+    outcome: str
+    note: str  # what was shown, or why the proof was not reached
+    shape: dict = field(default_factory=dict)  # probe name -> the small shape it was evaluated at
+    held: tuple[str, ...] = ()  # probes held at concrete values (integers, Fixed tensors)
+    reason: str = ""
+    seconds: float = 0.0
+    witness: dict | None = None  # output, index, point, ref, prod, relative_difference, difference
+
+    @property
+    def shape_text(self) -> str:
+        return ", ".join(f"{k} {tuple(v)}" for k, v in self.shape.items())
+
+
+@dataclass(frozen=True)
 class AlgebraResult:
     verdict: Verdict
     reason: str
-    level: str  # "identity test" or "skipped"
+    level: str  # the evidence the verdict rests on: "proof", "identity test" or "skipped"
     points: int
     wide_points: int
     ref_side: str
@@ -42,6 +65,7 @@ class AlgebraResult:
     fail_floor: float = 1e-9
     rounding_shrink: float = 2.0**19
     diagnostics: tuple[Diagnostic, ...] = ()
+    proof: AlgebraProofResult | None = None  # None when the proof was not attempted
 
 
 @dataclass(frozen=True)
@@ -151,13 +175,29 @@ class BiasResult:
 
 @dataclass(frozen=True)
 class VarianceThresholds:
-    """U <= warn: PASS; warn < U <= fail: WARN; U > fail: FAIL (the report's 2 / 10)."""
+    """The variance verdict against the report's lines 2 and 10.
+
+    PASS needs U <= warn; FAIL needs the estimate of r_T above ``fail``; anything else WARNs. A bound
+    above ``fail`` with an estimate below it is a WARN: evidence of harm, not lack of data, blocks a
+    migration (``fail_on="bound"`` restores the report's rule, FAIL when U > fail). U is the
+    profile-likelihood upper bound of r_T, one-sided at ``1 - alpha`` over the whole run (``alpha``
+    is split evenly over the planned looks); ``alpha = 0.00135`` is the report's 3 sigma. A bounded
+    tail (xi <= 0) is assumed unless a likelihood-ratio test rejects it at ``shape_test_level``
+    (then PASS is refused); the bootstrap (``bootstrap`` resamples) only feeds the report's rule,
+    shown beside U for comparison, and the plots' bands."""
 
     warn: float = 2.0
     fail: float = 10.0
     threshold_quantile: float = 0.90
     min_exceedances: int = 10
     bootstrap: int = 1000
+    alpha: float = 0.00135
+    shape_test_level: float = 0.25
+    fail_on: str = "estimate"  # FAIL when r_T's estimate (or, "bound": when U) exceeds ``fail``
+
+    def __post_init__(self):
+        if self.fail_on not in ("estimate", "bound"):
+            raise ParameterError(f"VarianceThresholds.fail_on must be 'estimate' or 'bound', got {self.fail_on!r}")
 
 
 @dataclass(frozen=True)
@@ -174,9 +214,15 @@ class VarianceResult:
     error_prod: np.ndarray  # E_prod per replicate
     error_ref: np.ndarray  # E_ref per replicate
     epsilon: np.ndarray  # one true ULP at the peak of each replicate
-    tail: TailFitResult | None
+    tail: TailFitResult | None  # the report's fit (xi <= 0, exceedance bootstrap): plots, comparison
     looks: tuple[int, ...]  # replicate counts at which the verdict was examined
     diagnostics: tuple[Diagnostic, ...] = ()
+    interval: ReturnLevelInterval | None = None  # the bound the verdict rests on
+    shape_test: ShapeTest | None = None
+    stopping_rule: str = ""
+    threshold_stability: tuple[tuple[float, float], ...] = ()  # (quantile of positive K, r_T estimate)
+    confirmation: tuple[float, float] | None = None  # r_T estimates on the even and odd replicates
+    bounded_interval: ReturnLevelInterval | None = None  # xi <= 0 (equals interval unless the tail is heavy)
 
     @property
     def replicates(self) -> int:
@@ -201,6 +247,12 @@ class VarianceResult:
 
     @property
     def upper_bound(self) -> float | None:
+        """U, the bound the verdict rests on (profile likelihood)."""
+        return None if self.interval is None else self.interval.upper
+
+    @property
+    def report_upper_bound(self) -> float | None:
+        """The report's U = r_T + 3 se (xi clipped, exceedance bootstrap), for comparison only."""
         return None if self.tail is None else self.tail.upper_bound
 
     def quantiles(self, levels=(0.5, 0.9, 0.99, 1.0)) -> dict[float, float]:
@@ -208,6 +260,54 @@ class VarianceResult:
         if finite.size == 0:
             return {q: float("nan") for q in levels}
         return {q: float(np.quantile(finite, q)) for q in levels}
+
+
+@dataclass(frozen=True, eq=False)
+class BitwiseResult:
+    """L0, the bitwise layer, for one output: informational, it never changes a verdict.
+
+    ``ulp_histogram`` counts, over every element of every replicate, the ULP distance between
+    prod and ref in the output's format (bins :data:`kcert.stats.bitwise.BIN_LABELS`; bin 0 is
+    exactly the bitwise-equal elements). ``growth`` compares the bias statistics' |z| at
+    ``growth.early_replicates`` (about R/4) with |z| at R (None when R < 256)."""
+
+    output: str
+    dtype: str
+    replicates: int
+    ulp_histogram: np.ndarray  # (N_BINS,) int64
+    classification: str
+    growth: GrowthTest | None = None
+    reason: str = ""  # why a part of the layer was not computed
+
+    @property
+    def elements(self) -> int:
+        return int(self.ulp_histogram.sum())
+
+    @property
+    def bitwise_equal(self) -> int:
+        return int(self.ulp_histogram[0])
+
+    @property
+    def fraction_equal(self) -> float | None:
+        return self.bitwise_equal / self.elements if self.elements else None
+
+    @property
+    def bin_labels(self) -> tuple[str, ...]:
+        return BIN_LABELS
+
+    @property
+    def max_distance(self) -> str | None:
+        """Label of the farthest non-empty bin (None when nothing was compared)."""
+        nonzero = np.nonzero(self.ulp_histogram)[0]
+        return BIN_LABELS[int(nonzero[-1])] if nonzero.size else None
+
+    @property
+    def significant(self) -> int:
+        return 0 if self.growth is None else self.growth.significant
+
+    @property
+    def median_growth(self) -> float | None:
+        return None if self.growth is None else self.growth.median_growth
 
 
 @dataclass(frozen=True)
@@ -249,6 +349,7 @@ class Certificate:
     variance_skipped_reason: str | None = None
     description: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    bitwise: tuple[BitwiseResult, ...] = ()  # L0, informational: not part of gates or verdict
 
     def gate_verdict(self, gate: str) -> Verdict:
         if gate == "algebra":

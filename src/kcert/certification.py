@@ -19,6 +19,7 @@ from .execution.environment import describe_environment
 from .execution.runner import Runner
 from .gates.algebra import judge_algebra
 from .gates.bias import judge_bias
+from .gates.bitwise import judge_bitwise
 from .gates.variance import interval_is_decisive, judge_variance
 from .stats.bias import BiasThresholds
 
@@ -52,18 +53,25 @@ def certify(
     bias_thresholds: BiasThresholds | None = None,
     variance_thresholds: VarianceThresholds | None = None,
     algebra_points: int = 8,
+    algebra_proof: bool = True,
     command: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     checkpoint: str | os.PathLike | None = None,
     resume: bool = False,
     checkpoint_every: int = 1024,
     checkpoint_seconds: float = 300.0,
+    batch_memory: int | None = None,
 ) -> Certificate:
     """Certify ``case``: algebra, bias and variance gates over ``replicates`` seeded replicates.
 
     The variance gate may add replicates (doubling) up to ``max_replicates`` (default 4 x
-    ``replicates``) while its interval straddles a threshold; the bias gate uses every replicate.
-    ``progress(done, planned)`` is called after each replicate.
+    ``replicates``) while its interval straddles a threshold; the looks are planned in advance
+    (:func:`look_schedule`) and alpha is spent evenly over them, so stopping early keeps the
+    stated error rate. The bias gate uses every replicate.
+    ``progress(done, planned)`` is called after each replicate. ``algebra_proof=False`` skips the
+    algebra gate's symbolic proof (the identity test always runs). ``batch_memory``: bytes per
+    batched kernel call when the case declares ``independent_leading_axis`` (default: 16 MiB on
+    CPU, 256 MiB on CUDA).
 
     ``checkpoint``: a file where the run's state is saved at the first block boundary after every
     ``checkpoint_every`` replicates or ``checkpoint_seconds`` seconds, at the end of the replicate
@@ -107,11 +115,12 @@ def certify(
 
     started = time.perf_counter()
     comm = distributed.current()
-    runner = Runner(case, seed, dev)
+    runner = Runner(case, seed, dev, batch_memory=batch_memory)  # batch_memory: see Case.independent_leading_axis
     fp = _ckpt.fingerprint(case, seed, replicates, max_replicates, horizon, dev, bias_thresholds, variance_thresholds) \
         if checkpoint is not None else None
     looks: list[int] = []
     target = replicates
+    planned_looks = len(look_schedule(replicates, max_replicates))
     if resume:
         looks, target = _resume(checkpoint, fp, runner, comm)
     planned = target
@@ -133,7 +142,8 @@ def certify(
             oracle = runner.oracle_unavailable is None
             variance = tuple(
                 judge_variance(acc.layout.name, acc.layout.dtype_name, *acc.errors(), horizon, variance_thresholds,
-                               seeding.derived_seed(seed, seeding.BOOTSTRAP, acc.layout.index), tuple(looks))
+                               seeding.derived_seed(seed, seeding.BOOTSTRAP, acc.layout.index), tuple(looks),
+                               planned_looks)
                 for acc in runner.accumulators
             ) if oracle else ()
             stop = not oracle or all(interval_is_decisive(v) for v in variance) or target >= max_replicates
@@ -152,7 +162,10 @@ def certify(
     if runner.accumulators is None:
         raise KernelError(f"case {case.name!r}: no replicate was computed")
     bias = tuple(judge_bias(acc, bias_thresholds, horizon, attribution=oracle) for acc in runner.accumulators)
-    algebra = judge_algebra(case, runner.weights, seed, dev, points=algebra_points, wide_points=algebra_points)
+    bitwise = tuple(judge_bitwise(acc, runner.early_moments(i, len(acc.replicate)), bias_thresholds.z_star)
+                    for i, acc in enumerate(runner.accumulators))  # L0: informational
+    algebra = judge_algebra(case, runner.weights, seed, dev, points=algebra_points, wide_points=algebra_points,
+                            proof=algebra_proof)
 
     outputs = tuple(
         OutputInfo(
@@ -185,7 +198,17 @@ def certify(
         provenance=provenance,
         variance_skipped_reason=None if oracle else f"no float64 oracle: {runner.oracle_unavailable}",
         description=case.description,
+        bitwise=bitwise,
     )
+
+
+def look_schedule(replicates: int, max_replicates: int) -> list[int]:
+    """The planned looks of the variance gate: R, 2R, 4R, ... up to max_replicates. They are fixed
+    before any data is seen, so alpha can be spent evenly over them."""
+    looks = [replicates]
+    while looks[-1] < max_replicates:
+        looks.append(min(2 * looks[-1], max_replicates))
+    return looks
 
 
 def _resume(path: str, fp: dict, runner: Runner, comm) -> tuple[list[int], int]:

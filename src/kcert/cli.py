@@ -63,6 +63,8 @@ def _run_options(p: argparse.ArgumentParser, replicates: int) -> None:
                    help=f"horizon in kernel calls (default {DEFAULT_HORIZON:g}, one optimizer step)")
     p.add_argument("--seed", "-s", type=_integer, default=0, metavar="S", help="seed (default 0)")
     p.add_argument("--device", default="cpu", help="torch device for the case's tensors (default cpu)")
+    p.add_argument("--no-algebra-proof", dest="algebra_proof", action="store_false",
+                   help="skip the symbolic proof of the algebra gate (the identity test still runs)")
     p.add_argument("--json", metavar="OUT", help="write the JSON report (kcert.certificate/1); '-' for stdout")
     p.add_argument("--html", metavar="OUT", help="write an HTML report")
 
@@ -92,6 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--seed", "-s", type=_integer, default=0, metavar="S", help="seed (default 0)")
     k.add_argument("--json", metavar="OUT", help="write every row and certificate as JSON (kcert.controls/1)")
     k.add_argument("--markdown", metavar="OUT", help="write the table as Markdown (docs/controls.md)")
+    cal = sub.add_parser("calibrate", help="run the positive controls over seeds: null rates of the thresholds")
+    cal.add_argument("--family", action="append", metavar="F", help="only this family (repeatable)")
+    cal.add_argument("--control", action="append", metavar="NAME", help="only this positive control (repeatable)")
+    cal.add_argument("--seeds", type=_integer, default=2, metavar="N", help="seeds 0..N-1 per control (default 2)")
+    cal.add_argument("--replicates", "-R", type=_integer, default=None, metavar="R",
+                     help="replicates per run (default: each control's declared count)")
+    cal.add_argument("--quick", action="store_true", help="at most 256 replicates per run")
+    cal.add_argument("--json", metavar="OUT",
+                     help="write every output's record as JSON (kcert.calibration/1); '-' for stdout")
+    cal.add_argument("--markdown", metavar="OUT", help="write the tables as Markdown (docs/calibration.md)")
     return parser
 
 
@@ -111,6 +123,8 @@ def _command(args, casefile: str | None, case: str) -> str:
         words += ["--max-replicates", str(args.max_replicates)]
     if args.device != "cpu":
         words += ["--device", args.device]
+    if not args.algebra_proof:
+        words += ["--no-algebra-proof"]
     return shlex.join(words)
 
 
@@ -142,7 +156,7 @@ def _run(cases, args, casefile: str | None, console: Console, errors: Console) -
 
                 cert = certify(case, args.replicates, args.horizon, args.seed, max_replicates=args.max_replicates,
                                device=args.device, command=_command(args, casefile, case.name), progress=tick,
-                               **saving)
+                               algebra_proof=args.algebra_proof, **saving)
         except KcertError as exc:
             _error(errors, exc)
             failed = True
@@ -182,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     if not distributed.launched_by_torchrun():
         return _main(args)
     # torchrun: one process per rank; they share the replicates, rank 0 alone prints and writes
-    if args.command == "controls":
+    if args.command in ("controls", "calibrate"):
         if os.environ.get("RANK", "0") == "0":
-            _error(Console(stderr=True), "kcert controls does not run under torchrun; run it as one process")
+            _error(Console(stderr=True), f"kcert {args.command} does not run under torchrun; run it as one process")
         return EXIT_ERROR
     args.device = distributed.local_device(args.device)
     try:
@@ -216,6 +230,8 @@ def _main(args, quiet: bool = False) -> int:
             return EXIT_ERROR
     if args.command == "controls":
         return _controls(args, console, errors)
+    if args.command == "calibrate":
+        return _calibrate(args, console, errors)
     try:
         if args.command == "demo":
             from . import demo
@@ -291,6 +307,57 @@ def _controls(args, console: Console, errors: Console) -> int:
     whole = not (args.family or args.control or args.quick)
     ok = summary.meets_bar if whole else all(r.meets_bar for r in results)
     return EXIT_PASS if ok else EXIT_FAIL
+
+
+def _calibrate(args, console: Console, errors: Console) -> int:
+    from rich.table import Table
+
+    from . import calibration
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=errors, transient=True, disable=not errors.is_terminal) as progress:
+        task = progress.add_task("calibration", total=None)
+
+        def tick(control, seed, done, total):
+            progress.update(task, completed=done, total=total, description=f"{control} (seed {seed})")
+
+        try:
+            result = calibration.calibrate(args.family, seeds=args.seeds, replicates=args.replicates, quick=args.quick,
+                                           controls=args.control, progress=tick)
+        except KcertError as exc:
+            _error(errors, exc)
+            return EXIT_ERROR
+    for title, header, rows in (("variance gate on known-good outputs", calibration.VARIANCE_HEADER,
+                                 calibration.variance_rows(result)),
+                                ("bias gate on known-good outputs", calibration.BIAS_HEADER,
+                                 calibration.bias_rows(result))):
+        t = Table(*header, header_style="bold", title=f"kcert calibrate: {title}", title_justify="left")
+        for row in rows:
+            t.add_row(*row)
+        console.print(t)
+    for e in result.errors:
+        _error(errors, e)
+    words = ["kcert", "calibrate", "--seeds", str(args.seeds)]
+    words += ["--replicates", str(args.replicates)] if args.replicates is not None else []
+    words += ["--quick"] if args.quick else []
+    for family in args.family or ():
+        words += ["--family", family]
+    for name in args.control or ():
+        words += ["--control", name]
+    if args.markdown:
+        Path(args.markdown).write_text(result.markdown(shlex.join(words)), encoding="utf-8")
+        errors.print(f"Markdown: {args.markdown}", highlight=False)
+    if args.json:
+        import json
+
+        text = json.dumps(result.to_dict(), indent=1)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            Path(args.json).write_text(text + "\n", encoding="utf-8")
+            errors.print(f"JSON: {args.json}", highlight=False)
+    # a run some control could not finish is not a calibration
+    return EXIT_ERROR if result.errors else EXIT_PASS
 
 
 def _demo_outcome(certs: list[Certificate], console: Console) -> int:

@@ -50,9 +50,21 @@ CATALOGUE = {
         "the 0.90 quantile of the positive K left too few exceedances; the tail threshold was lowered",
         "raise --replicates so the report's 0.90 threshold keeps enough exceedances",
     ),
-    "xi_clipped": (
-        "the unconstrained tail fit has xi > 0 (a heavy tail); the bounded-tail assumption clipped it",
-        "treat U as optimistic; check the ratio's denominator cannot approach zero",
+    "tail_heavier_than_bounded": (
+        "a likelihood-ratio test rejects a bounded tail (xi <= 0): U is the free-xi bound and the verdict is "
+        "at best WARN",
+        "look for a denominator that can approach zero (cancellation, a max/sum near 0) or a data-dependent "
+        "branch; more replicates sharpen the free-xi bound",
+    ),
+    "unstable_threshold": (
+        "the return level moves more than the bound's own width when u moves from the 0.85 to the 0.95 "
+        "quantile of the positive K: the GPD does not describe the tail at these thresholds",
+        "raise --replicates (the threshold settles as exceedances grow); read U as model-dependent",
+    ),
+    "fail_not_confirmed": (
+        "the FAIL is not reproduced on half the data: on the even or the odd replicates alone (two "
+        "independent halves) the return level estimate is at or below the FAIL line",
+        "rerun with --max-replicates raised (or another --seed) before acting on this FAIL",
     ),
     "tied_exceedances": (
         "many exceedances are tied (quantised errors); ties pull the GPD fit towards xi = -1, a short tail",
@@ -61,10 +73,6 @@ CATALOGUE = {
     "horizon_too_short": (
         "T * zeta <= 1: the horizon is shorter than the tail's return period, r_T is set to u",
         "nothing to do unless the horizon is wrong",
-    ),
-    "adaptive_stopping": (
-        "replicates were added until the interval cleared a threshold; nominal coverage is not guaranteed",
-        "confirm with a fresh seed at the final replicate count",
     ),
     "undefined_ratio": (
         "prod and ref are both non-finite against a finite oracle in some replicates: K is undefined",
@@ -85,6 +93,11 @@ CATALOGUE = {
     "ill_conditioned_identity": (
         "the real-mode discrepancy does not shrink like rounding but is below the algebra FAIL floor",
         "read the code for constants or branches that differ; a tiny algebraic difference is likely",
+    ),
+    "proof_disagrees_with_identity": (
+        "the symbolic proof at a small shape and the identity test at the probe shape disagree: the kernels "
+        "compute different things at the two shapes (a size-dependent code path or a size closed over)",
+        "read the kernels for branches on sizes, tiles or chunks; certify with probes at production shapes",
     ),
 }
 

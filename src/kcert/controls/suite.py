@@ -84,7 +84,7 @@ class ControlResult:
                 return f"variance: K = inf in {v.n_infinite}/{v.replicates}"
             if v.tail is None:
                 return f"variance: max K {v.quantiles()[1.0]:.3g} ({v.n_positive} positive)"
-            return f"variance: U = {v.tail.upper_bound:.3g}"
+            return f"variance: U = {v.upper_bound:.3g}"
         for b in sorted(c.bias, key=lambda b: -b.verdict.severity):
             if b.nonfinite_prod:
                 return f"bias: {b.nonfinite_prod} non-finite prod elements"

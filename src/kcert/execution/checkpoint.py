@@ -1,12 +1,15 @@
 """Checkpoints of a certification run: save the accumulated state, resume to the same certificate.
 
-Format (``kcert.checkpoint/1``): one numpy ``.npz`` archive, written to a temporary file in the
+Format (``kcert.checkpoint/2``): one numpy ``.npz`` archive, written to a temporary file in the
 same folder and moved into place with ``os.replace`` (a reader never sees half a file). It holds
 only numeric arrays plus one string array ``meta``: a JSON document with the run's fingerprint,
 the looks done, the target of the look in progress, the oracle status, the output layouts and the
 list of accumulation blocks. It is read with ``allow_pickle=False``: no Python object is ever
 unpickled. Arrays are named ``<part>.<output>.<field>`` where ``<part>`` is ``prefix`` (the merge
-of the complete blocks ``0 .. folded-1``) or ``block<b>`` (a block not merged yet).
+of the complete blocks ``0 .. folded-1``) or ``block<b>`` (a block not merged yet); the early
+snapshots of L0's growth test are ``early<k>.<output>.<row>.{count,mean,m2}`` (``k`` folded blocks).
+Version 2 added each output's ``ulp_histogram`` and the early snapshots: a version 1 file lacks
+them and is refused rather than resumed to a certificate with an incomplete L0 layer.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from .. import __version__
 from ..errors import KcertError
 from ..stats.moments import MomentAccumulator
 from .outputs import ROWS, OutputLayout
-from .runner import BLOCK, Block, OutputAccumulator, Runner
+from .runner import BLOCK, EARLY_ROWS, Block, OutputAccumulator, Runner
 
-FORMAT = "kcert.checkpoint/1"
+FORMAT = "kcert.checkpoint/2"
 
 
 class CheckpointError(KcertError, ValueError):
@@ -89,26 +92,43 @@ def encode_outputs(part: str, outputs: list[OutputAccumulator], arrays: dict[str
         arrays[key + "peak"] = np.asarray(acc.peak, np.float64)
         arrays[key + "nonfinite"] = np.asarray([acc.nonfinite_prod, acc.nonfinite_ref], np.int64)
         arrays[key + "nonfinite_replicates"] = np.asarray(acc.nonfinite_replicates, np.int64)
+        arrays[key + "ulp_histogram"] = np.asarray(acc.ulp_histogram, np.int64)
 
 
 def decode_outputs(part: str, layouts: list[OutputLayout], arrays) -> list[OutputAccumulator]:
     out = []
     for i, layout in enumerate(layouts):
         key = f"{part}.{i}."
-        moments = {
-            row: MomentAccumulator(np.array(arrays[key + row + ".count"], np.int64),
-                                   np.array(arrays[key + row + ".mean"], np.float64),
-                                   np.array(arrays[key + row + ".m2"], np.float64))
-            for row in ROWS
-        }
+        moments = {row: _moments(arrays, key + row) for row in ROWS}
         nonfinite = [int(v) for v in arrays[key + "nonfinite"]]
         out.append(OutputAccumulator(
             layout, moments, [int(v) for v in arrays[key + "replicate"]],
             [float(v) for v in arrays[key + "e_prod"]], [float(v) for v in arrays[key + "e_ref"]],
             [float(v) for v in arrays[key + "peak"]], nonfinite[0], nonfinite[1],
             [int(v) for v in arrays[key + "nonfinite_replicates"]],
+            np.array(arrays[key + "ulp_histogram"], np.int64),
         ))
     return out
+
+
+def _moments(arrays, key: str) -> MomentAccumulator:
+    return MomentAccumulator(np.array(arrays[key + ".count"], np.int64), np.array(arrays[key + ".mean"], np.float64),
+                             np.array(arrays[key + ".m2"], np.float64))
+
+
+def encode_early(early: dict[int, list[dict[str, MomentAccumulator]]], arrays: dict[str, np.ndarray]) -> list[int]:
+    """The runner's early snapshots (L0's growth test) as arrays; returns their block counts."""
+    for k, outputs in early.items():
+        for i, rows in enumerate(outputs):
+            for row, m in rows.items():
+                key = f"early{k}.{i}.{row}"
+                arrays[key + ".count"], arrays[key + ".mean"], arrays[key + ".m2"] = m.count, m.mean, m.m2
+    return sorted(int(k) for k in early)
+
+
+def decode_early(blocks: list[int], outputs: int, arrays) -> dict[int, list[dict[str, MomentAccumulator]]]:
+    return {int(k): [{row: _moments(arrays, f"early{k}.{i}.{row}") for row in EARLY_ROWS} for i in range(outputs)]
+            for k in blocks}
 
 
 def encode_block(block: Block) -> dict:
@@ -142,6 +162,7 @@ def snapshot(runner: Runner, fp: dict, looks: list[int], target: int) -> tuple[d
         "layouts": None if runner.layouts is None else [encode_layout(l) for l in runner.layouts],
         "folded": runner.folded,
         "has_prefix": runner.prefix is not None,
+        "early": encode_early(runner.early, arrays),
         "pending": [{"index": b, "first": blk.first, "filled": blk.filled} for b, blk in sorted(pending.items())],
     }
     return meta, arrays
@@ -206,6 +227,7 @@ def restore(runner: Runner, meta: dict, arrays) -> tuple[list[int], int]:
             if meta["has_prefix"]:
                 runner.prefix = decode_outputs("prefix", runner.layouts, arrays)
             runner.folded = int(meta["folded"])
+            runner.early = decode_early(meta["early"], len(runner.layouts), arrays)
             for p in meta["pending"]:
                 b = int(p["index"])
                 runner.add_block(Block(b, int(p["first"]), int(p["filled"]), decode_outputs(f"block{b}", runner.layouts, arrays)))

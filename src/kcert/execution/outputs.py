@@ -6,6 +6,8 @@ norms, so no output is ever stored across replicates.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +15,8 @@ import torch
 
 from ..case import Axes, BucketSpec, Labels
 from ..errors import CaseError, KernelError
+from ..stats.bitwise import N_BINS
+from . import bitwise
 
 # Rows of the per-bucket summary, in this order.
 ROWS = ("raw", "sign_aligned", "prod_raw", "prod_sign_aligned", "ref_raw", "ref_sign_aligned", "magnitude")
@@ -31,6 +35,11 @@ class OutputLayout:
     spec: BucketSpec
     bucket_axes: tuple[int, ...]  # empty for Labels
     bucket_shape: tuple[int, ...]
+
+    @property
+    def bitwise_comparable(self) -> bool:
+        """Whether L0 compares prod's bits with ref's (one floating format on both sides)."""
+        return bitwise.comparable(self.dtype, self.prod_dtype)
 
     @property
     def buckets(self) -> int | None:
@@ -77,6 +86,7 @@ class ReplicateSummary:
     peak: float  # max |oracle| (finite): the output's peak scale for eps
     nonfinite_prod: int  # elements where prod is non-finite and disagrees with a finite ref
     nonfinite_ref: int  # elements where ref is non-finite and prod is finite
+    ulp_histogram: np.ndarray  # (N_BINS,) int64: ULP distances prod vs ref (L0); zeros if not comparable
 
 
 def _error(a: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
@@ -88,78 +98,207 @@ def _error(a: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(err, nan=float("inf"))
 
 
-def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tensor, oracle_out: torch.Tensor | None,
-              labels: torch.Tensor | None) -> ReplicateSummary:
-    r = ref_out.to(torch.float64)
-    p = prod_out.to(torch.float64)
-    o = oracle_out.to(torch.float64) if oracle_out is not None else None
-    sign = torch.sign(r)
-    all_finite = bool(torch.isfinite(r).all()) and bool(torch.isfinite(p).all()) and (
-        o is None or bool(torch.isfinite(o).all()))
-    if all_finite:
-        # the common case: no masks, one pass per row (identical numbers to the general path)
-        nonfinite_ref = nonfinite_prod = 0
-        if o is not None:
-            diffs = torch.stack([p - r, p - o, r - o])
-            e_prod = float(diffs[1].abs().max()) if o.numel() else 0.0
-            e_ref = float(diffs[2].abs().max()) if o.numel() else 0.0
-            peak = float(o.abs().max()) if o.numel() else 0.0
-        else:
-            d = p - r
-            diffs = torch.stack([d, torch.zeros_like(d), torch.zeros_like(d)])
-            e_prod = e_ref = peak = float("nan")
-        aligned = diffs * sign
-        stacked = torch.stack([diffs[0], aligned[0], diffs[1], aligned[1], diffs[2], aligned[2], r.abs()])
-        masks = None
-    else:
-        finite_r, finite_p = torch.isfinite(r), torch.isfinite(p)
-        finite = finite_r & finite_p
-        disagree = ~((p == r) | (torch.isnan(p) & torch.isnan(r))) & ~finite
-        nonfinite_ref = int((disagree & finite_p).sum())
-        nonfinite_prod = int((disagree & ~finite_p).sum())
-        zero = torch.zeros((), dtype=torch.float64, device=r.device)
-        d = torch.where(finite, p - r, zero)
-        rows = [d, d * sign]
-        if o is not None:
-            ofinite = finite & torch.isfinite(o)
-            po = torch.where(ofinite, p - o, zero)
-            ro = torch.where(ofinite, r - o, zero)
-            rows += [po, po * sign, ro, ro * sign]
-            e_prod = float(_error(p, o).max()) if o.numel() else 0.0
-            e_ref = float(_error(r, o).max()) if o.numel() else 0.0
-            fo = o[torch.isfinite(o)]
-            peak = float(fo.abs().max()) if fo.numel() else 0.0
-        else:
-            ofinite = finite
-            rows += [zero.expand_as(d)] * 4
-            e_prod = e_ref = peak = float("nan")
-        rows.append(torch.where(finite, r.abs(), zero))
-        stacked = torch.stack(rows)  # (N_ROWS, *shape)
-        masks = torch.stack([finite, ofinite]).to(torch.float64)
+# Elements per chunk of the fast reduction. Its ~9 float64 scratch rows (4.5 MiB at 2^16) stay in
+# the L2/L3 caches: at 2^18 they did not, and every pass ran at memory speed (2x slower measured).
+CHUNK = 1 << 16
 
+
+class Workspace:
+    """Scratch buffers reused across replicates. A fresh 100 MB float64 temporary costs more in
+    page faults than the arithmetic done in it, so the fast reduction works chunk by chunk in
+    buffers that live as long as the runner."""
+
+    def __init__(self):
+        self._buffers: dict[tuple, torch.Tensor] = {}
+
+    def get(self, key: str, shape: tuple[int, ...], device: torch.device,
+            dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        numel = math.prod(shape)
+        buf = self._buffers.get((key, device, dtype))
+        if buf is None or buf.numel() < numel:
+            buf = self._buffers[(key, device, dtype)] = torch.empty(max(numel, 1), dtype=dtype, device=device)
+        return buf[:numel].view(shape)
+
+
+def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tensor, oracle_out: torch.Tensor | None,
+              labels: torch.Tensor | None, workspace: Workspace | None = None) -> ReplicateSummary:
+    """Reduce one replicate's outputs to per-bucket means of the :data:`ROWS` and the error norms.
+
+    The fast path assumes every value is finite and checks it afterwards on its results (a
+    non-finite element makes a sum or an extreme non-finite); only then is the masked path run."""
+    fast = _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, workspace or Workspace())
+    return fast if fast is not None else _summarize_masked(layout, ref_out, prod_out, oracle_out, labels)
+
+
+def _chunks(shape: tuple[int, ...], order: tuple[int, ...], target: int = CHUNK):
+    """Narrowing specs ``[(axis, start, length), ...]`` that tile ``shape`` in chunks of about
+    ``target`` elements: taking the axes in ``order``, single indices along the first ones,
+    slices along one axis, whole extents of the rest. Deterministic in ``shape`` and ``order``, so
+    every replicate sums in the same order."""
+    n = len(shape)
+    if n == 0 or math.prod(shape) == 0:
+        yield []
+        return
+    sizes = [shape[a] for a in order]
+    c = next(i for i in range(n) if math.prod(sizes[i + 1:]) <= target)
+    step = max(1, target // math.prod(sizes[c + 1:]))
+    for lead in itertools.product(*(range(s) for s in sizes[:c])):
+        for start in range(0, sizes[c], step):
+            yield [(order[i], j, 1) for i, j in enumerate(lead)] + [(order[c], start, min(step, sizes[c] - start))]
+
+
+def _chunk_order(shape: tuple[int, ...], keep: tuple[bool, ...]) -> tuple[int, ...]:
+    """Natural axis order, unless its chunks would sum few elements per bucket (each chunk's
+    bucket sums are added into the total, so that must stay small against the chunk): then
+    chunk along the bucket axes and keep the summed axes whole."""
+    natural = tuple(range(len(shape)))
+    spec = next(_chunks(shape, natural))
+    chunk = [shape[a] for a in natural]
+    for axis, _, length in spec:
+        chunk[axis] = length
+    kept = math.prod(c for c, k in zip(chunk, keep) if k)
+    if math.prod(chunk) >= 8 * kept or all(keep):
+        return natural
+    return tuple(a for a in natural if keep[a]) + tuple(a for a in natural if not keep[a])
+
+
+def _narrow(t: torch.Tensor, spec, offset: int = 0, only=None) -> torch.Tensor:
+    for axis, start, length in spec:
+        if only is None or only[axis]:
+            t = t.narrow(axis + offset, start, length)
+    return t
+
+
+def _reduce(x: torch.Tensor, keep: tuple[bool, ...]) -> torch.Tensor:
+    """Sum the contiguous ``x`` of shape ``(K, *shape)`` over the axes where ``keep`` is False;
+    returns ``(K, prod of kept sizes)``. Adjacent axes of one kind are merged so that every step
+    is a contiguous reduction of the last axis or a matrix-vector product (both memory speed)."""
+    groups: list[list] = []
+    for size, kept in zip(x.shape[1:], keep):
+        if size == 1:
+            continue
+        if groups and groups[-1][1] == kept:
+            groups[-1][0] *= size
+        else:
+            groups.append([size, kept])
+    y = x.reshape(x.shape[0], *(s for s, _ in groups))
+    while any(not kept for _, kept in groups):
+        if not groups[-1][1]:
+            y = y.sum(-1)
+            groups.pop()
+        else:  # (..., M, G): a matrix-vector product is fastest for long M and wide G
+            m, g = groups[-2][0], groups[-1][0]
+            if m >= 16 and g >= 512:
+                y = torch.matmul(torch.ones(m, dtype=y.dtype, device=y.device), y)
+            else:
+                y = y.sum(-2)
+            groups.pop(-2)
+        if len(groups) >= 2 and groups[-1][1] and groups[-2][1]:
+            groups[-2:] = [[groups[-2][0] * groups[-1][0], True]]
+            y = y.reshape(y.shape[0], *(s for s, _ in groups))
+    return y.reshape(x.shape[0], -1)
+
+
+def _fill_rows(w: torch.Tensor, r: torch.Tensor, p: torch.Tensor, o: torch.Tensor | None, scratch) -> list:
+    """Write the computed rows of one chunk into ``w``: with an oracle (5, *chunk) ``d = prod - ref``,
+    ``d * sign(ref)``, ``ref - oracle``, ``(ref - oracle) * sign(ref)``, ``|ref|``; without one (3,
+    *chunk) ``d``, ``d * sign(ref)``, ``|ref|``. ``prod - oracle`` is not summed: its bucket sums are
+    those of ``d`` plus those of ``ref - oracle`` (:func:`_all_rows`). Returns the chunk's extremes
+    ``[min, max]`` of prod - oracle, ref - oracle and oracle (empty without oracle)."""
+    r64, p64, sign = scratch
+    r64.copy_(r)
+    p64.copy_(p)
+    torch.sign(r64, out=sign)
+    torch.sub(p64, r64, out=w[0])
+    torch.mul(w[0], sign, out=w[1])
+    torch.abs(r64, out=w[-1])
+    if o is None:
+        return []
+    torch.sub(r64, o, out=w[2])
+    torch.mul(w[2], sign, out=w[3])
+    torch.sub(p64, o, out=sign)  # the sign is used up: prod - oracle, needed for its extremes only
+    return [torch.aminmax(sign), torch.aminmax(w[2]), torch.aminmax(o)]
+
+
+def _all_rows(sums: torch.Tensor) -> torch.Tensor:
+    """The :data:`ROWS` from the bucket sums of the computed rows (see :func:`_fill_rows`): the
+    sums of prod - oracle are those of (prod - ref) + (ref - oracle), equal to float64 round-off."""
+    if sums.shape[0] == 3:
+        d, signed, magnitude = sums
+        zero = torch.zeros_like(d)
+        return torch.stack([d, signed, zero, zero, zero, zero, magnitude])
+    d, signed, ref_d, ref_signed, magnitude = sums
+    return torch.stack([d, signed, d + ref_d, signed + ref_signed, ref_d, ref_signed, magnitude])
+
+
+def _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, ws: Workspace) -> ReplicateSummary | None:
+    """Chunked single-sweep reduction for outputs without inf/nan; None when one shows up."""
+    shape = tuple(ref_out.shape)
+    n = len(shape)
+    device = ref_out.device
+    o_full = oracle_out.to(torch.float64) if oracle_out is not None else None
+    k = 5 if o_full is not None else 3  # rows computed per element
     if labels is None:
-        perm = (0,) + tuple(a + 1 for a in layout.bucket_axes) + tuple(
-            a + 1 for a in range(len(layout.shape)) if a not in layout.bucket_axes
-        )
+        keep = tuple(a in layout.bucket_axes for a in range(n))
         g = int(np.prod(layout.bucket_shape))
-        sums = stacked.permute(perm).reshape(N_ROWS, g, -1).sum(-1)
-        if masks is None:  # every element counts: each bucket holds numel / g of them
-            counts = torch.full((2, g), r.numel() / max(g, 1), dtype=torch.float64)
-        else:
-            counts = masks.permute(perm).reshape(2, g, -1).sum(-1)
     else:
-        flat = labels.reshape(-1)
-        keep = flat >= 0
-        idx = flat[keep]
-        g = int(idx.max()) + 1 if idx.numel() else 0
-        g = max(g, layout.spec.count or 0)
-        sums = torch.zeros(N_ROWS, g, dtype=torch.float64, device=r.device)
-        sums.index_add_(1, idx, stacked.reshape(N_ROWS, -1)[:, keep])
-        counts = torch.zeros(2, g, dtype=torch.float64, device=r.device)
-        if masks is None:
-            counts += torch.bincount(idx, minlength=g).to(torch.float64)
-        else:
-            counts.index_add_(1, idx, masks.reshape(2, -1)[:, keep])
+        # axes where the labels are broadcast (stride 0) are summed densely before the scatter
+        keep = tuple(not (shape[a] > 1 and labels.stride(a) == 0) for a in range(n))
+        compact = labels
+        for a in range(n):
+            if not keep[a]:
+                compact = compact.narrow(a, 0, 1)
+        flat = compact.reshape(-1)
+        lo, hi = (int(v) for v in torch.aminmax(flat)) if flat.numel() else (0, -1)
+        g = max(hi + 1, layout.spec.count or 0)
+        if lo < 0:  # excluded elements go to a trash bucket g, dropped at the end
+            flat = torch.where(flat >= 0, flat, g)
+    total = ws.get("total", (k, *(s if kept else 1 for s, kept in zip(shape, keep))), device).zero_()
+    compare = layout.bitwise_comparable
+    histogram = torch.zeros(N_BINS, dtype=torch.int64, device=device)
+    extremes = []
+    for spec in _chunks(shape, _chunk_order(shape, keep)):
+        r, p = _narrow(ref_out, spec), _narrow(prod_out, spec)
+        o = _narrow(o_full, spec) if o_full is not None else None
+        cshape = tuple(r.shape)
+        w = ws.get("rows", (k, *cshape), device)
+        scratch = [ws.get(name, cshape, device) for name in ("ref", "prod", "sign")]
+        extremes.append(_fill_rows(w, r, p, o, scratch))
+        part = _reduce(w, keep).view(k, *(s if kept else 1 for s, kept in zip(cshape, keep)))
+        _narrow(total, spec, offset=1, only=keep).add_(part)
+        if compare:
+            histogram += bitwise.histogram_finite(r, p, _bit_scratch(ws, r))
+    sums = total.reshape(k, -1)
+    if labels is None:
+        counts = torch.full((2, g), ref_out.numel() / max(g, 1), dtype=torch.float64)
+    else:
+        dense = math.prod(s for s, kept in zip(shape, keep) if not kept)
+        scattered = torch.zeros(k, g + 1, dtype=torch.float64, device=device)
+        scattered.index_add_(1, flat, sums)
+        sums = scattered[:, :g]
+        counts = (torch.bincount(flat, minlength=g + 1)[:g].to(torch.float64) * dense).expand(2, g)
+    checks = [sums.sum()] + [v for chunk in extremes for pair in chunk for v in pair]
+    if not bool(torch.isfinite(torch.stack(checks)).all()):
+        return None
+    if oracle_out is not None:
+        mins = [min(float(c[j][0]) for c in extremes) for j in range(3)]
+        maxs = [max(float(c[j][1]) for c in extremes) for j in range(3)]
+        e_prod, e_ref, peak = (max(-lo, hi, 0.0) for lo, hi in zip(mins, maxs))
+    else:
+        e_prod = e_ref = peak = float("nan")
+    return _finish(_all_rows(sums), counts, e_prod, e_ref, peak, 0, 0, histogram)
+
+
+def _bit_scratch(ws: Workspace, x: torch.Tensor) -> list[torch.Tensor]:
+    """Buffers of :func:`kcert.execution.bitwise.histogram_finite` for chunks like ``x``."""
+    keys, wide = bitwise.key_dtypes(x.dtype)
+    shape = tuple(x.shape)
+    return [ws.get("key_ref", shape, x.device, keys), ws.get("key_prod", shape, x.device, keys),
+            ws.get("ulp_distance", shape, x.device, wide)]
+
+
+def _finish(sums: torch.Tensor, counts: torch.Tensor, e_prod, e_ref, peak, nonfinite_prod, nonfinite_ref,
+            histogram: torch.Tensor):
     sums = sums.cpu().numpy()
     counts = counts.cpu().numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -176,23 +315,79 @@ def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tenso
         peak=peak,
         nonfinite_prod=nonfinite_prod,
         nonfinite_ref=nonfinite_ref,
+        ulp_histogram=histogram.cpu().numpy(),
     )
+
+
+def _summarize_masked(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tensor,
+                      oracle_out: torch.Tensor | None, labels: torch.Tensor | None) -> ReplicateSummary:
+    """The general path: masks non-finite elements out of the sums and counts them."""
+    r = ref_out.to(torch.float64)
+    p = prod_out.to(torch.float64)
+    o = oracle_out.to(torch.float64) if oracle_out is not None else None
+    sign = torch.sign(r)
+    finite_r, finite_p = torch.isfinite(r), torch.isfinite(p)
+    finite = finite_r & finite_p
+    disagree = ~((p == r) | (torch.isnan(p) & torch.isnan(r))) & ~finite
+    nonfinite_ref = int((disagree & finite_p).sum())
+    nonfinite_prod = int((disagree & ~finite_p).sum())
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    d = torch.where(finite, p - r, zero)
+    rows = [d, d * sign]
+    if o is not None:
+        ofinite = finite & torch.isfinite(o)
+        po = torch.where(ofinite, p - o, zero)
+        ro = torch.where(ofinite, r - o, zero)
+        rows += [po, po * sign, ro, ro * sign]
+        e_prod = float(_error(p, o).max()) if o.numel() else 0.0
+        e_ref = float(_error(r, o).max()) if o.numel() else 0.0
+        fo = o[torch.isfinite(o)]
+        peak = float(fo.abs().max()) if fo.numel() else 0.0
+    else:
+        ofinite = finite
+        rows += [zero.expand_as(d)] * 4
+        e_prod = e_ref = peak = float("nan")
+    rows.append(torch.where(finite, r.abs(), zero))
+    stacked = torch.stack(rows)  # (N_ROWS, *shape)
+    masks = torch.stack([finite, ofinite]).to(torch.float64)
+
+    if labels is None:
+        perm = (0,) + tuple(a + 1 for a in layout.bucket_axes) + tuple(
+            a + 1 for a in range(len(layout.shape)) if a not in layout.bucket_axes
+        )
+        g = int(np.prod(layout.bucket_shape))
+        sums = stacked.permute(perm).reshape(N_ROWS, g, -1).sum(-1)
+        counts = masks.permute(perm).reshape(2, g, -1).sum(-1)
+    else:
+        flat = labels.reshape(-1)
+        keep = flat >= 0
+        idx = flat[keep]
+        g = int(idx.max()) + 1 if idx.numel() else 0
+        g = max(g, layout.spec.count or 0)
+        sums = torch.zeros(N_ROWS, g, dtype=torch.float64, device=r.device)
+        sums.index_add_(1, idx, stacked.reshape(N_ROWS, -1)[:, keep])
+        counts = torch.zeros(2, g, dtype=torch.float64, device=r.device)
+        counts.index_add_(1, idx, masks.reshape(2, -1)[:, keep])
+    histogram = bitwise.histogram(ref_out, prod_out) if layout.bitwise_comparable else \
+        torch.zeros(N_BINS, dtype=torch.int64)
+    return _finish(sums, counts, e_prod, e_ref, peak, nonfinite_prod, nonfinite_ref, histogram)
 
 
 def bucket_labels(spec: Labels, inputs, weights, ref_out: torch.Tensor, where: str) -> torch.Tensor:
     """Evaluate a Labels spec and broadcast it to the output's shape."""
     try:
         labels = spec.fn(inputs, weights, ref_out)
-    except Exception as exc:  # noqa: BLE001 - reported with its origin
+    except Exception as exc:
         raise KernelError(f"{where}: the Labels function raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex():
         raise CaseError(f"{where}: the Labels function must return an integer tensor, got {labels!r:.80}")
     try:
-        labels = torch.broadcast_to(labels, ref_out.shape)
+        # int64 first, then broadcast: the broadcast axes keep stride 0, which summarize sums densely
+        broadcast = torch.broadcast_to(labels.to(torch.int64), ref_out.shape)
     except RuntimeError:
         raise CaseError(
             f"{where}: labels of shape {tuple(labels.shape)} do not broadcast to the output shape {tuple(ref_out.shape)}"
         ) from None
-    if spec.count is not None and labels.numel() and int(labels.max()) >= spec.count:
+    if spec.count is not None and broadcast.numel() and int(labels.max()) >= spec.count:
         raise CaseError(f"{where}: label {int(labels.max())} is out of range for Labels(count={spec.count})")
-    return labels.to(torch.int64)
+    return broadcast

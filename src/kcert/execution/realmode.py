@@ -61,8 +61,11 @@ Things that escape real mode (limitations):
 * Gradients delivered to a low-precision leaf (a bf16 ``nn.Parameter``) are stored in
   that leaf's dtype: autograd rounds the float64 gradient once when it reaches the
   leaf.  For float64 gradients differentiate with respect to float64 tensors
-  (``to_real(p).detach().requires_grad_()``).  The backward of a custom
-  ``autograd.Function`` is rewritten only when ``backward()`` runs inside the mode.
+  (``to_real(p).detach().requires_grad_()``).  ``torch.autograd.grad``/``backward()``
+  called inside the mode run with the mode suspended (torch hands them to the handler,
+  which passes them through), so a custom ``autograd.Function``'s backward then computes
+  in its own dtypes (``dy.float()`` is a real float32 cast).  ``kcert.gradients`` calls
+  autograd's engine entry instead, which keeps the mode on (``backward.py``; tested).
 * Writes through a view of a low-precision outside tensor are caught when the view is
   made by one of the view-like calls listed in ``_ALIAS_NAMES`` (and, in eager mode, by
   any route, from storage addresses); under ``torch.compile`` only the former.

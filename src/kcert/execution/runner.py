@@ -12,17 +12,26 @@ point operations in the same order.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
 
 from ..case import Case, Labels
-from ..errors import KernelError, RealModeUnsupported
+from ..errors import KernelError, ParameterError, RealModeUnsupported
+from ..stats.bitwise import N_BINS
 from ..stats.moments import MomentAccumulator
 from . import probes, seeding
-from .outputs import ROWS, OutputLayout, ReplicateSummary, bucket_labels, make_layout, summarize
+from .outputs import (
+    ROWS,
+    OutputLayout,
+    ReplicateSummary,
+    Workspace,
+    bucket_labels,
+    make_layout,
+    summarize,
+)
 from .realmode import run_real
 
 
@@ -39,9 +48,11 @@ class OutputAccumulator:
     nonfinite_prod: int = 0
     nonfinite_ref: int = 0
     nonfinite_replicates: list[int] = field(default_factory=list)
+    # L0: ULP distances of prod vs ref over every element of every replicate (exact integer counts)
+    ulp_histogram: np.ndarray = field(default_factory=lambda: np.zeros(N_BINS, np.int64))
 
     @classmethod
-    def empty(cls, layout: OutputLayout) -> "OutputAccumulator":
+    def empty(cls, layout: OutputLayout) -> OutputAccumulator:
         size = layout.buckets or 0
         return cls(layout, {row: MomentAccumulator.zeros(size) for row in ROWS})
 
@@ -63,8 +74,9 @@ class OutputAccumulator:
         self.nonfinite_ref += s.nonfinite_ref
         if (s.nonfinite_prod or s.nonfinite_ref) and len(self.nonfinite_replicates) < 16:
             self.nonfinite_replicates.append(r)
+        self.ulp_histogram = self.ulp_histogram + s.ulp_histogram
 
-    def merge(self, other: "OutputAccumulator") -> None:
+    def merge(self, other: OutputAccumulator) -> None:
         """Fold in an accumulator of the same output built on disjoint replicates."""
         for row in ROWS:
             self.moments[row].merge(other.moments[row])
@@ -75,12 +87,13 @@ class OutputAccumulator:
         self.nonfinite_prod += other.nonfinite_prod
         self.nonfinite_ref += other.nonfinite_ref
         self.nonfinite_replicates = sorted(self.nonfinite_replicates + other.nonfinite_replicates)[:16]
+        self.ulp_histogram = self.ulp_histogram + other.ulp_histogram
 
-    def copy(self) -> "OutputAccumulator":
+    def copy(self) -> OutputAccumulator:
         return OutputAccumulator(
             self.layout, {row: copy.deepcopy(m) for row, m in self.moments.items()}, list(self.replicate),
             list(self.e_prod), list(self.e_ref), list(self.peak), self.nonfinite_prod, self.nonfinite_ref,
-            list(self.nonfinite_replicates),
+            list(self.nonfinite_replicates), self.ulp_histogram.copy(),
         )
 
     def errors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -98,6 +111,21 @@ def as_outputs(value, role: str, where: str) -> tuple[torch.Tensor, ...]:
 
 
 BLOCK = 64  # replicates per accumulation block; part of the numbers' definition, never change per run
+# Statistics of which the runner keeps early snapshots, for L0's growth test (|z| at R/4 vs at R)
+EARLY_ROWS = ("raw", "sign_aligned")
+# Bytes of stacked probes and outputs per batched kernel call. On the CPU, stacks above glibc's
+# 32 MB mmap threshold are page-faulted afresh at every call: 16 MiB measured no slower than
+# unbatched, 256 MiB 2.3x slower (benchmarks/batched.py). The accelerator default is not measured.
+DEFAULT_BATCH_MEMORY = {"cpu": 16 * 2**20}
+DEFAULT_BATCH_MEMORY_ACCELERATOR = 256 * 2**20
+
+
+def _check_batch_memory(value, device: torch.device) -> int:
+    if value is None:
+        return DEFAULT_BATCH_MEMORY.get(device.type, DEFAULT_BATCH_MEMORY_ACCELERATOR)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ParameterError(f"batch_memory must be an integer number of bytes >= 1 or None, got {value!r}")
+    return value
 
 
 @dataclass
@@ -125,11 +153,18 @@ class Runner:
     State: ``layouts`` (fixed by the first replicate), the merge of the complete blocks
     ``0 .. folded-1`` (``prefix``) and the blocks after them that are partly or wholly computed
     but not yet merged (``pending``, at most one in a single process). ``accumulators`` is the
-    merge of all of them in block order.
+    merge of all of them in block order. ``early`` keeps copies of the prefix's bias moments
+    (:data:`EARLY_ROWS`) each time the folded block count reaches a power of two: the first
+    replicates' z for L0's growth test, O(buckets log R) memory, the same on every rank and
+    after a resume because blocks are folded in order.
     """
 
-    def __init__(self, case: Case, seed: int, device: torch.device | str = "cpu"):
+    def __init__(self, case: Case, seed: int, device: torch.device | str = "cpu", batch_memory: int | None = None):
         self.case = case
+        self.batch_memory = _check_batch_memory(batch_memory, torch.device(device))
+        # replicates per kernel call: 1 unless the case declares independent_leading_axis; then
+        # set from the first replicate's bytes (see _batch_size)
+        self.batch_size: int | None = None if case.independent_leading_axis else 1
         self.seed = int(seed)
         self.device = torch.device(device)
         self.weights = probes.draw_weights(case, self.seed, self.device)
@@ -137,11 +172,13 @@ class Runner:
         self.prefix: list[OutputAccumulator] | None = None
         self.folded = 0
         self.pending: dict[int, Block] = {}
+        self.early: dict[int, list[dict[str, MomentAccumulator]]] = {}  # folded blocks -> per output
         self._view: list[OutputAccumulator] | None = None
         self._writing: int | None = None  # block being written to (unsafe to save if interrupted)
         self.oracle_source = "given" if case.oracle is not None else "ref in real mode"
         self.oracle_unavailable: str | None = None
         self.oracle_checked = False  # whether oracle_unavailable is settled
+        self.workspace = Workspace()  # scratch of the per-replicate reduction, reused
 
     # -- merged view ----------------------------------------------------------------------------
     @property
@@ -173,6 +210,18 @@ class Runner:
             for acc, part in zip(self.prefix, block.outputs):
                 acc.merge(part)
             self.folded += 1
+            if self.folded & (self.folded - 1) == 0:
+                self.early[self.folded] = [{row: copy.deepcopy(acc.moments[row]) for row in EARLY_ROWS}
+                                           for acc in self.prefix]
+
+    def early_moments(self, output: int, replicates: int) -> tuple[int, dict[str, MomentAccumulator]] | None:
+        """The snapshot of output ``output`` on the most replicates that are at most a quarter of
+        ``replicates``: (its replicate count, its moments); None when R < 4 blocks."""
+        fits = [k for k in self.early if 4 * BLOCK * k <= replicates]
+        if not fits:
+            return None
+        k = max(fits)
+        return BLOCK * k, self.early[k][output]
 
     def _set_layouts(self, layouts: list[OutputLayout]) -> None:
         if self.layouts is None:
@@ -185,18 +234,22 @@ class Runner:
             text += f", replicate {r} (seed {self.seed}, replicate seed {seeding.derived_seed(self.seed, seeding.INPUTS, r)})"
         return text
 
-    def _call(self, role: str, fn: Callable, kwargs: dict, r: int):
+    def where_batch(self, first: int, count: int) -> str:
+        return (f"case {self.case.name!r}, replicates {first}-{first + count - 1} evaluated as one batch "
+                f"(seed {self.seed}; independent_leading_axis=True)")
+
+    def _call(self, role: str, fn: Callable, kwargs: dict, r: int, where: str | None = None):
         try:
             with torch.no_grad():
                 return fn(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - reported with case, replicate and seed
-            raise KernelError(f"{self.where(r)}: {role} raised {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            raise KernelError(f"{where or self.where(r)}: {role} raised {type(exc).__name__}: {exc}") from exc
 
-    def _oracle(self, exact: dict, r: int):
+    def _oracle(self, exact: dict, r: int, where: str | None = None):
         if self.oracle_unavailable is not None:
             return None
         if self.case.oracle is not None:
-            return self._call("oracle", self.case.oracle, exact, r)
+            return self._call("oracle", self.case.oracle, exact, r, where)
         try:
             with torch.no_grad():
                 out = run_real(lambda: self.case.ref(**exact), dtype=torch.float64, name="ref")
@@ -219,7 +272,9 @@ class Runner:
     # -- one replicate ------------------------------------------------------------------------
     def step(self, r: int) -> Block:
         """Evaluate replicate ``r`` and add it to its block (which must have reached ``r``)."""
-        summaries = self.evaluate(r)
+        return self._add(r, self.evaluate(r))
+
+    def _add(self, r: int, summaries: list[ReplicateSummary]) -> Block:
         b = r // BLOCK
         block = self.pending.get(b)
         if block is None:
@@ -243,18 +298,58 @@ class Runner:
         draw = probes.draw_inputs(self.case, self.seed, r, self.device)
         working = {**draw.working, **self.weights.working}
         exact = {**draw.exact, **self.weights.exact}
-        where = self.where(r)
-        ref_out = as_outputs(self._call("ref", self.case.ref, working, r), "ref", where)
-        prod_out = as_outputs(self._call("prod", self.case.prod, working, r), "prod", where)
+        ref_out, prod_out, oracle_out = self._kernels(working, exact, r, self.where(r))
+        if self.batch_size is None:
+            self.batch_size = self._batch_size(draw, ref_out, prod_out, oracle_out)
+        return self._summaries(r, draw, ref_out, prod_out, oracle_out)
+
+    def evaluate_batch(self, first: int, count: int) -> list[list[ReplicateSummary]]:
+        """Evaluate replicates ``[first, first + count)`` with one call of each kernel on their
+        probes stacked along a new leading axis (``Case.independent_leading_axis``); every
+        replicate draws exactly as alone, and its slice of the outputs is reduced on its own."""
+        if count == 1 or not self.case.independent_leading_axis:
+            return [self.evaluate(r) for r in range(first, first + count)]
+        where = self.where_batch(first, count)
+        draws = [probes.draw_inputs(self.case, self.seed, r, self.device) for r in range(first, first + count)]
+        working = {k: torch.stack([d.working[k] for d in draws]) for k in self.case.inputs}
+        exact = {k: torch.stack([d.exact[k] for d in draws]) for k in self.case.inputs}
+        outs = self._kernels({**working, **self.weights.working}, {**exact, **self.weights.exact}, first, where)
+        for role, tensors in zip(("ref", "prod", "the oracle"), outs):
+            for i, t in enumerate(tensors or ()):
+                if t.dim() == 0 or t.shape[0] != count:
+                    raise KernelError(
+                        f"{where}: output {i} of {role} has shape {tuple(t.shape)}, but a batch of {count} replicates "
+                        f"needs a leading axis of {count}; does the case really treat a leading axis independently?"
+                    )
+        return [
+            self._summaries(first + i, d, *(None if o is None else tuple(t[i] for t in o) for o in outs))
+            for i, d in enumerate(draws)
+        ]
+
+    def _batch_size(self, draw: probes.Draw, *outputs) -> int:
+        """Replicates per kernel call: ``batch_memory`` over one replicate's bytes (its probes in
+        working precision and float64, and every output), at most a block."""
+        tensors = list(draw.working.values()) + [t for t in draw.exact.values() if t.is_floating_point()]
+        tensors += [t for out in outputs if out is not None for t in out]
+        one = sum(t.numel() * t.element_size() for t in tensors)
+        return max(1, min(BLOCK, self.batch_memory // max(one, 1)))
+
+    def _kernels(self, working: dict, exact: dict, r: int, where: str):
+        ref_out = as_outputs(self._call("ref", self.case.ref, working, r, where), "ref", where)
+        prod_out = as_outputs(self._call("prod", self.case.prod, working, r, where), "prod", where)
         if len(ref_out) != len(prod_out):
             raise KernelError(f"{where}: ref returns {len(ref_out)} outputs but prod returns {len(prod_out)}")
-        raw_oracle = self._oracle(exact, r)
+        raw_oracle = self._oracle(exact, r, where)
         oracle_out = None
         if raw_oracle is not None:
             oracle_out = as_outputs(raw_oracle, "oracle", where)
             if len(oracle_out) != len(ref_out):
                 raise KernelError(f"{where}: the oracle returns {len(oracle_out)} outputs but ref returns {len(ref_out)}")
+        return ref_out, prod_out, oracle_out
 
+    def _summaries(self, r: int, draw: probes.Draw, ref_out, prod_out, oracle_out) -> list[ReplicateSummary]:
+        """Check replicate ``r``'s outputs against the layouts and reduce them."""
+        where = self.where(r)
         n = len(ref_out)
         if self.layouts is None:
             layouts = []
@@ -281,19 +376,28 @@ class Runner:
             labels = None
             if isinstance(layout.spec, Labels):
                 labels = bucket_labels(layout.spec, draw.working, self.weights.working, a, f"{where}, {layout.name}")
-            summaries.append(summarize(layout, a, b, o, labels))
+            summaries.append(summarize(layout, a, b, o, labels, self.workspace))
         return summaries
+
+    def _run_range(self, start: int, stop: int, progress: Callable[[int], None] | None) -> Block | None:
+        """Replicates ``[start, stop)`` of one block, in batches of ``batch_size``, added in order."""
+        block = None
+        r = start
+        while r < stop:
+            count = 1 if self.batch_size is None else min(self.batch_size, stop - r)
+            for i, summaries in enumerate(self.evaluate_batch(r, count)):
+                block = self._add(r + i, summaries)
+                if progress is not None:
+                    progress(1)
+            r += count
+        return block
 
     def run_block(self, b: int, stop: int, progress: Callable[[int], None] | None = None) -> Block | None:
         """Continue block ``b`` up to replicate ``stop`` (exclusive) or its end; returns the block
         (also when it is complete and already merged), None if nothing was computed."""
         block = self.pending.get(b)
         start = block.next_replicate if block is not None else BLOCK * b
-        for r in range(start, min(stop, BLOCK * (b + 1))):
-            block = self.step(r)
-            if progress is not None:
-                progress(1)
-        return block
+        return self._run_range(start, min(stop, BLOCK * (b + 1)), progress) or block
 
     def run(self, start: int, stop: int, progress: Callable[[int], None] | None = None) -> None:
         """Compute replicates ``[start, stop)`` in order, continuing the blocks they fall in.
@@ -301,10 +405,11 @@ class Runner:
         ``certify`` runs contiguous ranges from 0, which makes every block canonical; a bare
         range (a shard) is accumulated the same way and merges with the others via
         ``accumulators[i].merge``."""
-        for r in range(start, stop):
-            self.step(r)
-            if progress is not None:
-                progress(1)
+        r = start
+        while r < stop:  # batches never cross a block boundary
+            end = min(stop, BLOCK * (r // BLOCK + 1))
+            self._run_range(r, end, progress)
+            r = end
 
     def blocks_to_run(self, stop: int) -> list[int]:
         """Blocks that still miss replicates below ``stop``, in order."""

@@ -9,17 +9,23 @@ difference does not. Verdict per output:
 - FAIL when it does not shrink like rounding and its relative size is at least ``fail_floor``;
 - WARN when it does not shrink but stays below the floor (a tiny algebraic difference, e.g. a
   truncated constant).
+
+Symbolic proof (gates/symbolic.py): ref and prod on tensors of real symbols at a small shape S,
+``ref - prod`` simplified. "proved at shape S" / "disproved at shape S" (with a witness) when it
+decides; otherwise the verdict rests on the identity test and says why the proof was not reached.
+``AlgebraResult.level`` names the evidence: "proof", "identity test" or "skipped".
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
 from ..case import Case
-from ..certificate import AlgebraOutputResult, AlgebraResult
+from ..certificate import AlgebraOutputResult, AlgebraProofResult, AlgebraResult
 from ..diagnostics import diagnostic
 from ..errors import KernelError, RealModeUnsupported
 from ..execution import probes, seeding
@@ -27,7 +33,6 @@ from ..execution.realmode import run_real
 from ..execution.runner import as_outputs
 from ..stats.identity import FAIL_FLOOR, ROUNDING_SHRINK, shrink
 from ..verdict import Verdict
-
 
 
 def _relative_discrepancy(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -44,7 +49,11 @@ def _relative_discrepancy(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def judge_algebra(case: Case, weights: probes.Draw, seed: int, device, points: int = 8, wide_points: int = 8,
-                  widen: float = 4.0) -> AlgebraResult:
+                  widen: float = 4.0, proof: bool = True, proof_budget_s: float | None = None) -> AlgebraResult:
+    """Gate 1. The identity test always runs (it is the check at the probe's own shapes); with
+    ``proof`` the symbolic proof level is tried as well, on the same sides and draws, within
+    ``proof_budget_s`` seconds (default ``gates.symbolic.PROOF_BUDGET_S``), and the verdict rests on
+    it when it decides and agrees (see :func:`_combine` and docs/method.md)."""
     sides = {"ref": (case.ref, "ref in real mode", case.oracle, "the given oracle"),
              "prod": (case.prod, "prod in real mode", case.prod_math, "the given prod_math")}
     chosen: dict[str, tuple[Callable, str]] = {}
@@ -102,8 +111,43 @@ def judge_algebra(case: Case, weights: probes.Draw, seed: int, device, points: i
                   f"{worst.discrepancy_float32:.3g} in float32 (shrink {worst.shrink:.3g}, rounding gives "
                   f">= {ROUNDING_SHRINK:.3g}): ref and prod compute different real functions")
     diags = (diagnostic("ill_conditioned_identity", reason),) if verdict is Verdict.WARN else ()
-    return AlgebraResult(verdict, reason, "identity test", points, wide_points, chosen["ref"][1], chosen["prod"][1],
-                         tuple(outputs), FAIL_FLOOR, ROUNDING_SHRINK, diags)
+    identity = AlgebraResult(verdict, reason, "identity test", points, wide_points, chosen["ref"][1],
+                             chosen["prod"][1], tuple(outputs), FAIL_FLOOR, ROUNDING_SHRINK, diags)
+    if not proof:
+        return identity
+    from .symbolic import (  # SymPy is imported only when a proof is tried (~1.4 s)
+        PROOF_BUDGET_S,
+        prove,
+    )
+
+    attempt = prove(case, chosen["ref"], chosen["prod"], draws, weights, FAIL_FLOOR,
+                    PROOF_BUDGET_S if proof_budget_s is None else proof_budget_s, wide_from=points)
+    return _combine(identity, attempt)
+
+
+def _combine(identity: AlgebraResult, attempt: AlgebraProofResult) -> AlgebraResult:
+    """The verdict from both levels. The proof speaks for shape S only and the identity test for the
+    probe's shapes: when they agree the verdict rests on the proof; when the proof decides one way and
+    the identity test the other, the kernels behave differently at the two shapes (a size-dependent
+    code path), which a person must review: never a silent PASS."""
+    v = identity.verdict
+    if attempt.outcome == "proved" and v is Verdict.PASS:
+        return replace(identity, level="proof", proof=attempt,
+                       reason=f"{attempt.note}; the identity test at the probe shape agrees ({identity.reason})")
+    if attempt.outcome == "disproved" and v is Verdict.FAIL:
+        return replace(identity, level="proof", proof=attempt,
+                       reason=f"{attempt.note}; the identity test at the probe shape agrees ({identity.reason})")
+    if attempt.outcome == "disproved":
+        detail = (f"{attempt.note}; yet the identity test finds the same real function at the probe shape "
+                  f"({identity.reason})")
+        return replace(identity, verdict=Verdict.WARN, level="proof", proof=attempt, reason=detail,
+                       diagnostics=identity.diagnostics + (diagnostic("proof_disagrees_with_identity", detail),))
+    if attempt.outcome == "proved":
+        detail = f"{identity.reason}; yet {attempt.note}"
+        return replace(identity, proof=attempt, reason=detail,
+                       diagnostics=identity.diagnostics + (diagnostic("proof_disagrees_with_identity", detail),))
+    return replace(identity, proof=attempt,
+                   reason=f"{identity.reason} [symbolic proof not reached ({attempt.reason}): {attempt.note}]")
 
 
 def _evaluate(fn: Callable, label: str, draws, weights) -> dict:
@@ -113,6 +157,7 @@ def _evaluate(fn: Callable, label: str, draws, weights) -> dict:
         for i, draw in enumerate(draws):
             kwargs = {**draw.exact, **weights.exact}
             with torch.no_grad():
-                values.append(as_outputs(run_real(lambda: fn(**kwargs), dtype=dt, name=label), label, f"algebra point {i}"))
+                values.append(as_outputs(run_real(lambda kw=kwargs: fn(**kw), dtype=dt, name=label), label,
+                                         f"algebra point {i}"))
         out[dt] = values
     return out

@@ -73,6 +73,8 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         diags.append(diagnostic("nonfinite_ref", f"{nonfinite_ref} elements in replicates {list(nonfinite_replicates)}"))
 
     tested = int(sum(t.tested for t in tests))
+    counts = [t.count[t.count >= 2] for t in tests if np.any(t.count >= 2)]
+    fewest = int(min(c.min() for c in counts)) if counts else replicates  # the heaviest t tail
     reasons = np.stack([t.reason for t in tests]) if tests else np.zeros((0, 0))
     detectable = power.min_detectable_effect(replicates, thresholds.z_star, thresholds.power)
     covered = power.horizon_covered(replicates, thresholds.z_star, thresholds.power)
@@ -107,7 +109,7 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         reference_magnitude=magnitude,
         ulp=bucket_ulp,
         tests=tests,
-        familywise_error_bound=power.familywise_error_bound(tested, thresholds.z_star),
+        familywise_error_bound=power.familywise_error_bound(tested, thresholds.z_star, fewest),
         min_detectable_effect=detectable,
         horizon_covered=covered,
         replicates_for_horizon=needed,

@@ -44,6 +44,7 @@ def _case(cert: Certificate) -> str:
         for g, v in cert.gates.items()
     )
     parts.append(f"<table><tr><th>gate</th><th>verdict</th><th>evidence</th></tr>{rows}</table>")
+    parts.append(_algebra_level(cert))
     parts.append(_diagnostics(cert))
     names = [o.name for o in cert.outputs]
     names += [r.output for r in (*cert.bias, *cert.variance) if r.output not in names]
@@ -51,6 +52,18 @@ def _case(cert: Certificate) -> str:
         parts.append(_output(cert, name))
     parts.append(_probe_and_provenance(cert))
     return "\n".join(parts)
+
+
+def _algebra_level(cert: Certificate) -> str:
+    """Which level Gate 1 reached: the symbolic proof (at which shape) or the identity test, and why."""
+    a, e = cert.algebra, html.escape
+    p = a.proof
+    if p is None:
+        return f"<p>algebra: level {e(a.level)} (symbolic proof not attempted)</p>"
+    if p.outcome == "not reached":
+        return (f"<p>algebra: level {e(a.level)}; symbolic proof not reached ({e(p.reason)}, {p.seconds:.2f} s): "
+                f"{e(p.note)}</p>")
+    return f"<p>algebra: level {e(a.level)}; <b>{e(p.outcome)}</b> ({p.seconds:.2f} s): {e(p.note)}</p>"
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -114,8 +127,19 @@ def _variance_section(cert: Certificate, v) -> str:
         cells.update({"u": f"{fmt(t.threshold)} (q{t.threshold_quantile:.3g} of the positive K)",
                       "exceedances": t.n_exceedances, "zeta": fmt(t.exceedance_rate),
                       "xi": f"{fmt(t.shape)} (free fit {fmt(t.shape_unconstrained)})", "sigma": fmt(t.scale),
-                      "T": fmt(t.horizon), "r_T": fmt(t.return_level), "se": fmt(t.standard_error),
-                      "U": fmt(t.upper_bound)})
+                      "T": fmt(t.horizon)})
+        if v.interval is not None:
+            iv = v.interval
+            cells.update({"r_T": fmt(iv.estimate),
+                          "bounds": e(f"[{fmt(iv.lower)}, U = {fmt(iv.upper)}] (profile likelihood, each one-sided "
+                                      f"{1 - iv.alpha:.5g}, xi {'free' if iv.shape_bounds[1] > 0 else '<= 0'})")})
+        if v.shape_test is not None:
+            cells["bounded-tail test"] = (f"free xi {fmt(v.shape_test.shape_free)}, p = {fmt(v.shape_test.p_value)}"
+                                          + (" (rejected)" if v.shape_test.rejects else ""))
+        if v.threshold_stability:
+            cells["threshold stability"] = ", ".join(f"r_T {fmt(r)} at q{q:g}" for q, r in v.threshold_stability)
+        cells["report's rule"] = f"r_T + 3 se = {fmt(t.return_level)} + 3 x {fmt(t.standard_error)} = {fmt(t.upper_bound)}"
+        cells["stopping"] = e(v.stopping_rule)
     row = "".join(f"<tr><th>{k}</th><td>{val}</td></tr>" for k, val in cells.items())
     parts = [f"<h4>variance gate {_badge(v.verdict.value)}</h4><p>{e(v.reason)}</p>",
              _img(plots.k_histogram(v), f"K histogram of {v.output}"), f"<table>{row}</table>"]
@@ -127,10 +151,34 @@ def _variance_section(cert: Certificate, v) -> str:
                    ("mean residual life", plots.mean_residual_life, "mean excess should be linear above u"),
                    ("QQ plot", plots.qq, "exceedances against the fitted GPD: points near the diagonal"),
                    ("return level", plots.return_levels,
-                    "r_T against the horizon, 95% bootstrap band, U = r_T + 3 se at the declared T"))
+                    "r_T against the horizon, 95% bootstrap band, the report's r_T + 3 se, and U (profile likelihood) at the declared T"))
         cells = "".join(f"<figure>{_img(fn(v), name)}<figcaption>{e(name)}: {e(cap)}</figcaption></figure>"
                         for name, fn, cap in figures)
         parts.append(f"<h4>tail diagnostics</h4><div class='grid'>{cells}</div>")
+    return "\n".join(parts)
+
+
+def _bitwise_section(b) -> str:
+    """L0, informational: the bitwise-equal share, the ULP-distance histogram and the growth test."""
+    from . import plots
+
+    e = html.escape
+    cells = {"classification": f"<b>{e(b.classification)}</b>",
+             "elements": f"{b.elements:,} ({b.replicates} replicates)"}
+    if b.elements:
+        cells["bitwise equal"] = f"{b.bitwise_equal:,} ({100 * b.fraction_equal:.3g}%)"
+        cells["farthest ULP distance"] = e(b.max_distance)
+    g = b.growth
+    if g is not None:
+        cells["significant buckets"] = f"{g.significant} (|z| > {g.threshold:g} at R = {g.replicates})"
+        cells["median growth of z"] = (f"{fmt(g.median_growth)}: z(R) / z({g.early_replicates}); a coherent bias "
+                                       f"gives {g.expected:.3g}, growth counts above {g.cut:.3g}")
+    if b.reason:
+        cells["note"] = e(b.reason)
+    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in cells.items())
+    parts = ["<h4>L0 bitwise (informational, no verdict)</h4>", f"<table>{rows}</table>"]
+    if b.elements:
+        parts.append(_img(plots.ulp_distances(b), f"ULP distances of {b.output}"))
     return "\n".join(parts)
 
 
@@ -148,6 +196,8 @@ def _output(cert: Certificate, name: str) -> str:
                      f"{e(cert.variance_skipped_reason)}</p>")
     for v in variance:
         parts.append(_variance_section(cert, v))
+    for bw in (b for b in cert.bitwise if b.output == name):
+        parts.append(_bitwise_section(bw))
     parts.append("</section>")
     return "\n".join(parts)
 

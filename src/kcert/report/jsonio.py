@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from ..certificate import BiasResult, Certificate, VarianceResult
+from ..certificate import BiasResult, BitwiseResult, Certificate, VarianceResult
 from ..gates.variance import ASSUMPTIONS
 from ..verdict import Verdict
 
@@ -105,6 +105,21 @@ def _variance(v: VarianceResult) -> dict:
             "bootstrap": t.bootstrap,
             "assumptions": list(ASSUMPTIONS),
         }
+        if v.interval is not None:
+            iv = v.interval
+            tail["profile"] = {
+                "estimate": number(iv.estimate), "lower": number(iv.lower), "upper": number(iv.upper),
+                "alpha": iv.alpha, "deviance": number(iv.deviance),
+                "shape_bounds": [number(x) for x in iv.shape_bounds], "shape": number(iv.shape),
+                "scale": number(iv.scale), "rate": number(iv.rate),
+                "bounded_upper": None if v.bounded_interval is None else number(v.bounded_interval.upper),
+            }
+        if v.shape_test is not None:
+            st = v.shape_test
+            tail["shape_test"] = {"statistic": number(st.statistic), "p_value": number(st.p_value),
+                                  "shape_free": number(st.shape_free), "rejects": st.rejects}
+        tail["threshold_stability"] = [{"quantile": q, "return_level": number(r)} for q, r in v.threshold_stability]
+        tail["confirmation"] = None if v.confirmation is None else [number(r) for r in v.confirmation]
     return {
         "output": v.output,
         "dtype": v.dtype,
@@ -113,7 +128,9 @@ def _variance(v: VarianceResult) -> dict:
         "horizon": v.horizon,
         "thresholds": {"warn": v.thresholds.warn, "fail": v.thresholds.fail,
                        "threshold_quantile": v.thresholds.threshold_quantile,
-                       "min_exceedances": v.thresholds.min_exceedances, "bootstrap": v.thresholds.bootstrap},
+                       "min_exceedances": v.thresholds.min_exceedances, "bootstrap": v.thresholds.bootstrap,
+                       "alpha": v.thresholds.alpha, "shape_test_level": v.thresholds.shape_test_level},
+        "stopping_rule": v.stopping_rule,
         "replicates": v.replicates,
         "looks": list(v.looks),
         "k": {
@@ -124,6 +141,42 @@ def _variance(v: VarianceResult) -> dict:
         "errors": {"prod": numbers(v.error_prod), "ref": numbers(v.error_ref), "epsilon": numbers(v.epsilon)},
         "tail": tail,
         "diagnostics": [d.to_dict() for d in v.diagnostics],
+    }
+
+
+def _proof(p) -> dict | None:
+    """Gate 1's symbolic proof level (None: not attempted)."""
+    if p is None:
+        return None
+    witness = None
+    if p.witness is not None:
+        witness = {k: number(v) if isinstance(v, float) else v for k, v in p.witness.items()}
+    return {"outcome": p.outcome, "reason": p.reason, "note": p.note,
+            "shape": {k: list(v) for k, v in p.shape.items()}, "held": list(p.held), "witness": witness}
+
+
+def _bitwise(b: BitwiseResult) -> dict:
+    """L0, informational (docs/json-schema.md, "bitwise")."""
+    g = b.growth
+    growth = None
+    if g is not None:
+        growth = {
+            "early_replicates": g.early_replicates, "replicates": g.replicates, "expected": number(g.expected),
+            "cut": number(g.cut), "threshold": g.threshold, "significant_buckets": g.significant,
+            "median_growth": number(g.median_growth),
+            "z_early": {stat: numbers(z) for stat, z in zip(g.statistics, g.z_early)},
+        }
+    return {
+        "output": b.output,
+        "dtype": b.dtype,
+        "replicates": b.replicates,
+        "classification": b.classification,
+        "reason": b.reason,
+        "elements": b.elements,
+        "bitwise_equal": b.bitwise_equal,
+        "fraction_equal": number(b.fraction_equal),
+        "ulp_histogram": {"bins": list(b.bin_labels), "counts": [int(c) for c in b.ulp_histogram]},
+        "growth": growth,
     }
 
 
@@ -160,10 +213,12 @@ def to_dict(cert: Certificate) -> dict:
                     for o in a.outputs
                 ],
                 "diagnostics": [d.to_dict() for d in a.diagnostics],
+                "proof": _proof(a.proof),
             },
             "bias": bias,
             "variance": variance,
         },
+        "bitwise": [_bitwise(b) for b in cert.bitwise],
         "outputs": [
             {"name": o.name, "shape": list(o.shape), "dtype": o.dtype, "prod_dtype": o.prod_dtype,
              "buckets": o.buckets, "bucketing": o.bucketing}

@@ -12,7 +12,7 @@ import io
 
 import numpy as np
 
-from ..certificate import BiasResult, VarianceResult
+from ..certificate import BiasResult, BitwiseResult, VarianceResult
 from ..stats import tail as tailstats
 from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, PASS, WARN
 
@@ -23,6 +23,7 @@ __all__ = [
     "qq",
     "return_levels",
     "threshold_stability",
+    "ulp_distances",
 ]
 
 COLOURS = {"PASS": "#1a7f37", "WARN": "#bf8700", "FAIL": "#cf222e", "REF": "#54aeff", "GREY": "#6e7781"}
@@ -285,12 +286,13 @@ def return_levels(result: VarianceResult) -> bytes:
     _style(ax)
     ax.fill_between(horizons, lo, hi, color="#0969da", alpha=0.18, linewidth=0, label="95% bootstrap band")
     ax.plot(horizons, fit, "-", color="#0969da", linewidth=1.5, label="r_T (fit)")
-    ax.plot(horizons, bound, "--", color="#0550ae", linewidth=1, label="U = r_T + 3 se")
+    ax.plot(horizons, bound, "--", color="#0550ae", linewidth=1, label="report's r_T + 3 se")
     k = np.sort(t.sample[t.sample > t.threshold])[::-1]
     period = t.n_total / np.arange(1, k.size + 1)  # the i-th largest K: once in n/i replicates
     ax.plot(period, k, "o", color="#1f2328", markersize=3, label="observed K")
     th = result.thresholds
-    top = max(float(np.nanmax(bound)), float(k.max()))
+    u_profile = result.upper_bound if result.upper_bound is not None else t.upper_bound
+    top = max(float(np.nanmax(bound)), float(k.max()), u_profile if np.isfinite(u_profile) else 0.0)
     for level, name in ((th.warn, "WARN"), (th.fail, "FAIL")):
         if level <= 1.5 * top:
             ax.axhline(level, color=COLOURS[name], linestyle="--", linewidth=1)
@@ -299,10 +301,39 @@ def return_levels(result: VarianceResult) -> bytes:
     ax.axvline(t.horizon, color="#8250df", linestyle=":", linewidth=1.3)
     ax.text(t.horizon, 0.98, f" T = {t.horizon:.3g}", transform=ax.get_xaxis_transform(), fontsize=8, va="top",
             color="#8250df")
-    ax.plot([t.horizon], [t.upper_bound], "D", color="#8250df", markersize=6)
+    if np.isfinite(u_profile):
+        ax.plot([t.horizon], [u_profile], "D", color="#8250df", markersize=6, label="U (profile likelihood)")
     ax.set_xscale("log")
     ax.set_xlabel("horizon T (calls)", fontsize=9)
     ax.set_ylabel("return level of K", fontsize=9)
-    ax.set_title(f"return level: U = {t.upper_bound:.3g} at T = {t.horizon:.3g}", fontsize=9, loc="left")
+    ax.set_title(f"return level: U = {u_profile:.3g} at T = {t.horizon:.3g}", fontsize=9, loc="left")
     ax.legend(fontsize=8, frameon=False, loc="lower right")
+    return _png(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# L0, the bitwise layer
+# --------------------------------------------------------------------------------------------
+
+def ulp_distances(result: BitwiseResult) -> bytes:
+    """Share of the elements per ULP-distance bin of prod against ref (log scale: the far bins are
+    small but telling); bin 0 = bitwise equal."""
+    counts = np.asarray(result.ulp_histogram, np.float64)
+    last = int(np.nonzero(counts)[0][-1]) if counts.any() else 0
+    shown = max(last + 1, 3)  # empty bins past the farthest distance are left out
+    share = counts[:shown] / max(counts.sum(), 1.0)
+    fig = _figure(8, 2.8)
+    ax = fig.subplots()
+    _style(ax)
+    colours = [COLOURS["PASS"]] + ["#0969da"] * (shown - 1)
+    if shown == len(counts):  # the non-finite bin
+        colours[-1] = COLOURS["FAIL"]
+    ax.bar(range(shown), np.where(share > 0, share, np.nan), color=colours)
+    ax.set_yscale("log")
+    ax.set_ylim(float(share[share > 0].min()) / 5 if (share > 0).any() else 1e-6, 1.5)
+    ax.set_xticks(range(shown), result.bin_labels[:shown], rotation=45, ha="right", fontsize=8)
+    ax.set_xlabel("ULP distance |key(prod) - key(ref)| in " + result.dtype, fontsize=9)
+    ax.set_ylabel("share of elements", fontsize=9)
+    ax.set_title(f"L0 · {result.output}: {result.elements:,} elements over {result.replicates} replicates; "
+                 f"{result.classification}", fontsize=10, loc="left")
     return _png(fig)

@@ -7,7 +7,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..certificate import BiasResult, Certificate, VarianceResult
+from ..certificate import (
+    AlgebraResult,
+    BiasResult,
+    BitwiseResult,
+    Certificate,
+    VarianceResult,
+)
 from ..gates.variance import ASSUMPTIONS
 from ..verdict import Verdict
 from .text import MEANING, fmt, gate_sentences
@@ -73,11 +79,67 @@ def _variance(v: VarianceResult) -> Group:
             f"zeta = {fmt(t.exceedance_rate)}, xi = {fmt(t.shape)} (free fit {fmt(t.shape_unconstrained)}), "
             f"sigma = {fmt(t.scale)}"
         ))
-        lines.append(Text(f"r_T = {fmt(t.return_level)}, se = {fmt(t.standard_error)}, U = {fmt(t.upper_bound)} "
-                          f"(PASS <= {v.thresholds.warn:g}, FAIL > {v.thresholds.fail:g})"))
+        iv = v.interval
+        if iv is not None:
+            shape = "free" if iv.shape_bounds[1] > 0 else "<= 0"
+            lines.append(Text(
+                f"r_T = {fmt(iv.estimate)}, bounds [{fmt(iv.lower)}, U = {fmt(iv.upper)}] (profile likelihood, xi {shape}, "
+                f"each one-sided {1 - iv.alpha:.5g}; PASS <= {v.thresholds.warn:g}, FAIL > {v.thresholds.fail:g})"))
+        if v.shape_test is not None:
+            st = v.shape_test
+            lines.append(Text(f"bounded-tail test: free xi = {fmt(st.shape_free)}, LR = {fmt(st.statistic)}, "
+                              f"p = {fmt(st.p_value)}" + (" (rejected)" if st.rejects else "")))
+        if v.threshold_stability:
+            lines.append(Text("threshold stability: r_T = " + ", ".join(
+                f"{fmt(r)} at q{q:g}" for q, r in v.threshold_stability)))
+        lines.append(Text(f"report's rule (for comparison): r_T + 3 se = {fmt(t.return_level)} + 3 x "
+                          f"{fmt(t.standard_error)} = {fmt(t.upper_bound)}", style="dim"))
+        lines.append(Text(f"stopping: {v.stopping_rule}", style="dim"))
         lines.append(Text("assumed: " + "; ".join(ASSUMPTIONS), style="dim"))
     lines.append(Text(v.reason))
     return Group(*lines)
+
+
+def ulp_histogram_text(b: BitwiseResult) -> str:
+    """The non-empty ULP-distance bins as shares of the elements: ``0: 76.7% · 1: 23.3%``."""
+    total = b.elements
+    return " · ".join(f"{label}: {100 * c / total:.3g}%" for label, c in zip(b.bin_labels, b.ulp_histogram) if c)
+
+
+def _bitwise(b: BitwiseResult) -> Group:
+    """L0: a short informational block (no verdict)."""
+    lines = [Text(f"L0 bitwise · {b.output} ({b.dtype}) · R = {b.replicates} · informational, no verdict",
+                  style="bold")]
+    if b.elements:
+        lines.append(Text(f"bitwise equal: {b.bitwise_equal:,} of {b.elements:,} elements ({100 * b.fraction_equal:.3g}%); "
+                          f"ULP distance: {ulp_histogram_text(b)}"))
+    g = b.growth
+    if g is not None and b.fraction_equal != 1.0:
+        if g.significant:
+            lines.append(Text(
+                f"growth: {g.significant} buckets significant at R = {g.replicates} (|z| > {g.threshold:g}); median "
+                f"z(R) / z({g.early_replicates}) = {fmt(g.median_growth)} (coherent bias ~ {g.expected:.3g}, "
+                f"grows above {g.cut:.3g})"))
+        else:
+            lines.append(Text(f"growth: no bucket significant at R = {g.replicates} (|z| > {g.threshold:g})"))
+    lines.append(Text(f"-> {b.classification}", style="bold"))
+    if b.reason:
+        lines.append(Text(b.reason, style="dim"))
+    return Group(*lines)
+
+
+def _algebra_level(a: AlgebraResult) -> Text:
+    """Which level Gate 1 reached: the symbolic proof (and at which shape) or the identity test."""
+    p = a.proof
+    if p.outcome == "not reached":
+        detail = f"symbolic proof not reached ({p.reason}, {p.seconds:.2f} s)"
+    else:
+        detail = f"{p.outcome} at shape {p.shape_text} ({p.seconds:.2f} s)"
+        if p.witness is not None:
+            w = p.witness
+            detail += (f"; witness {w['output']} at {w['index']}: ref {w['ref']:.6g}, prod {w['prod']:.6g} "
+                       f"(relative {w['relative_difference']:.3g}, algebra draw {w['point']})")
+    return Text(f"algebra · level {a.level} · {detail}", style="bold" if a.level == "proof" else "dim")
 
 
 def render(cert: Certificate, console: Console, findings: int = 10) -> None:
@@ -86,10 +148,14 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     )
     verdict = Text.assemble(("verdict ", "bold"), _verdict(cert.verdict), (f"  {MEANING[cert.verdict]}", ""))
     body = [verdict, _gates(cert)]
+    if cert.algebra.proof is not None:
+        body.append(_algebra_level(cert.algebra))
     for b in cert.bias:
         body.append(_bias(b, findings))
     for v in cert.variance:
         body.append(_variance(v))
+    for bw in cert.bitwise:
+        body.append(_bitwise(bw))
     diags = [d for r in (*cert.bias, *cert.variance) for d in r.diagnostics] + list(cert.algebra.diagnostics)
     if diags:
         d = Table(show_header=True, header_style="bold", expand=True)
