@@ -134,8 +134,9 @@ def judge_amplification(k, horizon: float, thresholds: VarianceThresholds, seed:
                                 f"to keep {tail.n_exceedances} exceedances"))
         if tail.n_exceedances < need:
             diags.append(diagnostic("few_exceedances", f"the tail fit rests on {tail.n_exceedances} exceedances"))
-    # distinct up to 1e-6 of the largest excess: K of quantised errors ties up to round-off
-    scale = float(tail.exceedances.max())
+    # distinct up to 1e-6 of K's own scale (u + the largest excess): K of quantised errors ties up
+    # to round-off, and excesses far below K's scale (K = 1 - eps/E_ref just under 1) carry no tail
+    scale = float(tail.threshold + tail.exceedances.max())
     distinct = np.unique(np.round(tail.exceedances / (scale * 1e-6))).size if scale > 0 else 1
     tied = distinct < 0.5 * tail.n_exceedances
     if tied:
