@@ -1,4 +1,4 @@
-"""pytest plugin (entry point ``pytest11: kcert``): session defaults for :func:`kcert.assert_certified`.
+"""pytest plugin (entry point ``pytest11: kcert.pytest_plugin``): session defaults for :func:`kcert.assert_certified`.
 
 Options (ini equivalents in brackets): ``--kcert-seed S`` [kcert_seed], ``--kcert-replicates R``
 [kcert_replicates], ``--kcert-horizon T`` [kcert_horizon], ``--kcert-report-dir DIR`` [kcert_report_dir],
