@@ -96,3 +96,12 @@ def test_shape_test_rejects_heavy_and_keeps_short_tails():
     assert not short.rejects and short.statistic == 0.0 and short.p_value == 1.0
     mid = shape_test(stats.genpareto.rvs(0.05, size=200, random_state=rng))
     assert mid.p_value == pytest.approx(0.5 * stats.chi2.sf(mid.statistic, 1)) or mid.statistic == 0.0
+
+
+def test_shape_test_from_fit_tail_equals_the_standalone_test():
+    from kcert.stats.profile import shape_test_from_fits
+    from kcert.stats.tail import fit_tail
+    k = stats.genpareto.rvs(0.2, size=2048, random_state=np.random.default_rng(11))
+    tail = fit_tail(k, T, bootstrap=10)
+    reused = shape_test_from_fits(tail.log_likelihood, tail.log_likelihood_unconstrained, tail.shape_unconstrained, 0.25)
+    assert reused == shape_test(tail.exceedances, 0.25)

@@ -120,7 +120,8 @@ def certify(
         if checkpoint is not None else None
     looks: list[int] = []
     target = replicates
-    planned_looks = len(look_schedule(replicates, max_replicates))
+    schedule = look_schedule(replicates, max_replicates)
+    planned_looks = len(schedule)
     if resume:
         looks, target = _resume(checkpoint, fp, runner, comm)
     planned = target
@@ -149,7 +150,7 @@ def certify(
             stop = not oracle or all(interval_is_decisive(v) for v in variance) or target >= max_replicates
             if comm.broadcast(stop):  # rank 0 decides for every rank
                 break
-            target = min(2 * target, max_replicates)
+            target = next(n for n in schedule if n > target)  # the next planned look
             planned = target
     except (KcertError, KeyboardInterrupt) as exc:
         try:

@@ -15,7 +15,7 @@ import numpy as np
 from ..certificate import VarianceResult, VarianceThresholds
 from ..diagnostics import diagnostic
 from ..stats.amplification import amplification_ratios
-from ..stats.profile import return_level_interval, shape_test
+from ..stats.profile import return_level_interval, shape_test_from_fits
 from ..stats.tail import fit_gpd, fit_tail, return_level
 from ..stats.ulp import ulp
 from ..verdict import Verdict
@@ -148,7 +148,9 @@ def judge_amplification(k, horizon: float, thresholds: VarianceThresholds, seed:
     # A bounded tail is tested, not assumed: when rejected, the bound comes from the free fit. A
     # lattice of excesses (ties) is not a continuous GPD sample and the test's law fails there;
     # the lattice itself is bounded, so the bounded fit stands.
-    test = None if tied else shape_test(tail.exceedances, thresholds.shape_test_level)
+    # fit_tail (default bounds) already fitted xi in [-1, 0] and in [-1, 1]: the test reuses both
+    test = None if tied else shape_test_from_fits(tail.log_likelihood, tail.log_likelihood_unconstrained,
+                                                  tail.shape_unconstrained, thresholds.shape_test_level)
     found["shape_test"] = test
     heavy = test is not None and test.rejects
     bounded = return_level_interval(tail.exceedances, tail.threshold, tail.n_total, horizon, BOUNDED_SHAPE, alpha)

@@ -31,7 +31,8 @@ from scipy import optimize, stats
 
 from .tail import fit_gpd
 
-__all__ = ["ReturnLevelInterval", "ShapeTest", "deviance_for", "return_level_interval", "shape_test"]
+__all__ = ["ReturnLevelInterval", "ShapeTest", "deviance_for", "return_level_interval", "shape_test",
+           "shape_test_from_fits"]
 
 _V = np.linspace(-16.0, 9.0, 251)  # log(sigma - sigma_edge) - log(mean y): 10 % steps over 25 e-folds
 _XI_POINTS = 25
@@ -233,6 +234,13 @@ def shape_test(exceedances, level: float = 0.05) -> ShapeTest:
     y = np.asarray(exceedances, dtype=np.float64)
     bounded = fit_gpd(y, (-1.0, 0.0))
     free = fit_gpd(y, (-1.0, 1.0))
-    stat = max(0.0, 2.0 * (free.log_likelihood - bounded.log_likelihood))
+    return shape_test_from_fits(bounded.log_likelihood, free.log_likelihood, free.shape, level)
+
+
+def shape_test_from_fits(bounded_loglik: float, free_loglik: float, free_shape: float,
+                         level: float = 0.05) -> ShapeTest:
+    """The same test from fits already made: xi in [-1, 0] and xi in [-1, 1] on one sample (as
+    :func:`kcert.stats.tail.fit_tail` makes them with its default bounds)."""
+    stat = max(0.0, 2.0 * (free_loglik - bounded_loglik))
     p = 0.5 * float(stats.chi2.sf(stat, 1)) if stat > 0 else 1.0
-    return ShapeTest(stat, p, free.shape, bool(p < level))
+    return ShapeTest(stat, p, free_shape, bool(p < level))

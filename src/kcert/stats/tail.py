@@ -586,6 +586,7 @@ class TailFitResult:
     log_likelihood: float
     shape_unconstrained: float  # xi under free_shape_bounds: shows when the clip bites
     scale_unconstrained: float
+    log_likelihood_unconstrained: float
     shape_bounds: tuple[float, float]
     horizon: float
     return_level: float
@@ -722,6 +723,7 @@ def fit_tail(
         log_likelihood=fit.log_likelihood,
         shape_unconstrained=free.shape,
         scale_unconstrained=free.scale,
+        log_likelihood_unconstrained=free.log_likelihood,
         shape_bounds=(a, b),
         horizon=horizon,
         return_level=r_t,
