@@ -76,7 +76,7 @@ def test_coverage_of_the_upper_bound_on_exponential_k():
         k = np.random.default_rng(100 + seed).exponential(1.0, 1024)
         u = float(np.quantile(k, 0.9))
         covered += return_level_interval(k[k > u] - u, u, 1024, T).upper >= true
-    assert covered >= 38  # nominal 99.87 %; benchmarks/coverage.py measures it on 400 runs per law
+    assert covered >= 38  # nominal 99.87 %; benchmarks/tail_coverage.py measures it on 400 runs per law
 
 
 def test_bad_input_is_named():

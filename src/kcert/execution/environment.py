@@ -9,6 +9,7 @@ from importlib import metadata
 import torch
 
 from .. import __version__
+from . import fused
 
 
 def _version(package: str) -> str:
@@ -35,8 +36,10 @@ def describe_environment(device: torch.device) -> dict:
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "torch_threads": torch.get_num_threads(),
-        "versions": {"kcert": __version__, **{p: _version(p) for p in ("torch", "numpy", "scipy", "rich")}},
+        "versions": {"kcert": __version__, **{p: _version(p) for p in ("torch", "numpy", "scipy", "rich", "numba")}},
         "device": str(device),
+        # which per-replicate reduction ran: the sums differ between the two by float64 round-off
+        "reduction": "compiled (numba)" if device.type == "cpu" and fused.available() else "torch",
     }
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()

@@ -16,7 +16,7 @@ import torch
 from ..case import Axes, BucketSpec, Labels
 from ..errors import CaseError, KernelError
 from ..stats.bitwise import N_BINS
-from . import bitwise
+from . import bitwise, fused
 
 # Rows of the per-bucket summary, in this order.
 ROWS = ("raw", "sign_aligned", "prod_raw", "prod_sign_aligned", "ref_raw", "ref_sign_aligned", "magnitude")
@@ -95,7 +95,7 @@ def _error(a: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
     same = (a == oracle) | (torch.isnan(a) & torch.isnan(oracle))
     err = (a - oracle).abs()
     err = torch.where(same, torch.zeros((), dtype=err.dtype, device=err.device), err)
-    return torch.nan_to_num(err, nan=float("inf"))
+    return torch.nan_to_num(err, nan=float("inf"), posinf=float("inf"))  # (posinf defaults to the largest finite)
 
 
 # Elements per chunk of the fast reduction. Its ~9 float64 scratch rows (4.5 MiB at 2^16) stay in
@@ -110,6 +110,7 @@ class Workspace:
 
     def __init__(self):
         self._buffers: dict[tuple, torch.Tensor] = {}
+        self.fused = fused.FusedReducer()
 
     def get(self, key: str, shape: tuple[int, ...], device: torch.device,
             dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -124,9 +125,21 @@ def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tenso
               labels: torch.Tensor | None, workspace: Workspace | None = None) -> ReplicateSummary:
     """Reduce one replicate's outputs to per-bucket means of the :data:`ROWS` and the error norms.
 
-    The fast path assumes every value is finite and checks it afterwards on its results (a
-    non-finite element makes a sum or an extreme non-finite); only then is the masked path run."""
-    fast = _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, workspace or Workspace())
+    The fast paths (the compiled one-pass reduction of :mod:`kcert.execution.fused` where it
+    applies, else chunked torch passes) assume every value is finite and check it afterwards on
+    their results (a non-finite element makes a sum or an extreme non-finite); only then is the
+    masked path run."""
+    ws = workspace or Workspace()
+    compiled = ws.fused.reduce(ref_out, prod_out, oracle_out, layout.bucket_axes, labels,
+                               layout.spec.count if isinstance(layout.spec, Labels) else None,
+                               layout.bitwise_comparable)
+    if compiled is fused.NONFINITE:
+        return _summarize_masked(layout, ref_out, prod_out, oracle_out, labels)
+    if compiled is not fused.NOT_APPLICABLE:
+        sums, counts, peaks, histogram = compiled
+        e_prod, e_ref, peak = peaks if peaks is not None else (float("nan"),) * 3
+        return _finish(_all_rows(torch.from_numpy(sums)), counts, e_prod, e_ref, peak, 0, 0, histogram)
+    fast = _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, ws)
     return fast if fast is not None else _summarize_masked(layout, ref_out, prod_out, oracle_out, labels)
 
 
@@ -297,10 +310,13 @@ def _bit_scratch(ws: Workspace, x: torch.Tensor) -> list[torch.Tensor]:
             ws.get("ulp_distance", shape, x.device, wide)]
 
 
-def _finish(sums: torch.Tensor, counts: torch.Tensor, e_prod, e_ref, peak, nonfinite_prod, nonfinite_ref,
-            histogram: torch.Tensor):
-    sums = sums.cpu().numpy()
-    counts = counts.cpu().numpy()
+def _numpy(x) -> np.ndarray:
+    return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _finish(sums, counts, e_prod, e_ref, peak, nonfinite_prod, nonfinite_ref, histogram):
+    sums = _numpy(sums)
+    counts = _numpy(counts)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.empty_like(sums)
         means[:2] = sums[:2] / counts[0]
@@ -315,7 +331,7 @@ def _finish(sums: torch.Tensor, counts: torch.Tensor, e_prod, e_ref, peak, nonfi
         peak=peak,
         nonfinite_prod=nonfinite_prod,
         nonfinite_ref=nonfinite_ref,
-        ulp_histogram=histogram.cpu().numpy(),
+        ulp_histogram=_numpy(histogram),
     )
 
 

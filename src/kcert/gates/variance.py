@@ -5,7 +5,7 @@ The verdict rests on U, the profile-likelihood upper bound of the return level r
 shape and scale and the exceedance rate all profiled (kcert.stats.profile). A bounded tail
 (xi <= 0) is tested, not assumed: when a likelihood-ratio test rejects it, U comes from the free
 fit and the verdict is at best WARN. The report's U (xi clipped, exceedance bootstrap) is kept
-beside it for comparison; benchmarks/coverage.py measures both.
+beside it for comparison; benchmarks/tail_coverage.py measures both.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def judge_amplification(k, horizon: float, thresholds: VarianceThresholds, seed:
                         planned_looks: int = 1, *, output: str = "K", dtype: str = "", e_prod=None, e_ref=None,
                         eps=None) -> VarianceResult:
     """The gate on a K sample itself (inf and nan included): what :func:`judge_variance` does once
-    K is computed. The simulations of benchmarks/coverage.py call it directly."""
+    K is computed. The simulations of benchmarks/tail_coverage.py call it directly."""
     k = np.asarray(k, np.float64)
     e_prod, e_ref, eps = (np.full(k.shape, np.nan) if x is None else x for x in (e_prod, e_ref, eps))
     alpha = thresholds.alpha / max(1, planned_looks)

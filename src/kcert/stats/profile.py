@@ -14,7 +14,7 @@ interval of ``r_T`` (the region's extreme in ``r_T`` is where the profile devian
 computed without a nested root search: for each ``(xi, zeta)`` the region's largest and smallest
 ``sigma`` are found on a grid in ``log(sigma - sigma_edge)``, then the best cell is polished.
 
-Why this and not a bootstrap: the issue's simulations (and ``benchmarks/coverage.py``) measured the
+Why this and not a bootstrap: the issue's simulations (and ``benchmarks/tail_coverage.py``) measured the
 exceedance bootstrap covering 76-97 % for light tails where a one-sided 3-sigma bound should cover
 99.87 %; the profile bound keeps the skewness of the return level's sampling law.
 

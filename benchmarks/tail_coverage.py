@@ -21,7 +21,7 @@ false-FAIL column applies each rule's own FAIL line.
 exponential K; the report's rule adds 1024 replicates per look (up to 16 looks) until
 r_T +- 3 se clears both thresholds; kcert's rule spends alpha over its planned looks (R, 2R, 4R).
 
-Usage: python benchmarks/coverage.py [--runs 400] [--workers 2] [--stopping] [--seed 0]
+Usage: python benchmarks/tail_coverage.py [--runs 400] [--workers 2] [--stopping] [--seed 0]
 """
 
 from __future__ import annotations
