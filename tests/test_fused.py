@@ -199,3 +199,22 @@ def test_certificates_through_either_path_agree(monkeypatch):
         np.testing.assert_array_equal(a.amplification, b.amplification)  # maxima are exact on both paths
     for a, b in zip(compiled.bitwise, torch_path.bitwise):
         np.testing.assert_array_equal(a.ulp_histogram, b.ulp_histogram)
+
+
+def test_label_runs_map_every_element_to_its_label():
+    """Segments split where the labels stop counting up; excluded runs go to the trash at g."""
+    labels = np.array([4, 5, 6, 0, 1, -1, -1, 2, 3, 7, 7, 8], np.int64)
+    segments = fused.segment_table([(3, False), (12, True)], 5)  # three passes over 12 positions
+    runs = fused.label_runs(segments, labels, 9)
+    assert runs[:, 2].sum() == 36
+    for element, acc, length in runs:
+        position = element % 12
+        for t in range(length):
+            expected = labels[position + t]
+            assert (acc + t == expected) if expected >= 0 else (acc == 9 and labels[position:position + length] < 0).all()
+    # the RoPE-like layout of the suite takes this path (its labels count up along head_dim)
+    reducer = fused.FusedReducer()
+    shape, spec = LAYOUTS[6]
+    r, p, o = _outputs(shape)
+    reducer.reduce(r, p, o, (), _labels(spec, r), spec.count, True)
+    assert [entry[1] is not None for entry in reducer._runs.values()] == [True]

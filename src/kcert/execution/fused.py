@@ -38,6 +38,7 @@ WIDTH = 1024  # elements per innermost segment: the kernel's scratch rows stay i
 LANE_MIN_ELEMENTS = 1 << 20  # a lane must amortize its own accumulators and their final addition
 MAX_LANES = 16
 LANE_MEMORY = 64 * 2**20  # bytes of the lanes' accumulators together, at most
+MIN_RUN = 32  # label runs shorter than this on average: accumulate by position and scatter instead
 ACC_MEMORY = 16 * 2**20  # bytes of one lane's accumulators for a summed innermost axis group
 _DISABLE_ENV = "KCERT_NO_FUSED"  # set to 1 to force the torch path (comparisons, debugging)
 
@@ -252,6 +253,30 @@ def segment_table(groups: list[tuple[int, bool]], width: int) -> np.ndarray:
     return np.stack([element, accumulator, length], axis=1)
 
 
+def label_runs(segments: np.ndarray, labels: np.ndarray, g: int) -> np.ndarray:
+    """``segments`` (accumulator offsets = compact label positions) split where the labels stop
+    counting up by one, with accumulator offsets in label space: the label at the run's start,
+    or ``g`` for a run of excluded (negative) labels. RoPE's block*head_dim + dim labels make runs
+    of head_dim, so its accumulators shrink from every position (5 MB) to every label (20 kB)."""
+    follows = np.ones(labels.size, bool)
+    follows[0] = False
+    previous, current = labels[:-1], labels[1:]
+    follows[1:] = ((current >= 0) & (previous >= 0) & (current == previous + 1)) | ((current < 0) & (previous < 0))
+    starts = np.flatnonzero(~follows)
+    element, first, length = segments[:, 0], segments[:, 1], segments[:, 2]
+    lo = np.searchsorted(starts, first, side="right")
+    hi = np.searchsorted(starts, first + length, side="left")
+    pieces = hi - lo + 1
+    row = np.repeat(np.arange(len(segments)), pieces)
+    within = np.arange(row.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    begin = np.where(within == 0, first[row], starts[np.minimum(lo[row] + within - 1, starts.size - 1)])
+    end = np.append(begin[1:], 0)
+    last = np.cumsum(pieces) - 1
+    end[last] = first + length
+    values = labels[begin]
+    return np.stack([element[row] + begin - first[row], np.where(values >= 0, values, g), end - begin], axis=1)
+
+
 def lanes_for(segments: int, numel: int, acc_bytes: int) -> int:
     """Lanes of an output: a function of its shape and accumulator size only (never of threads)."""
     by_size = numel // LANE_MIN_ELEMENTS
@@ -279,6 +304,7 @@ class FusedReducer:
         self._pool_size = 0
         self._pid = os.getpid()
         self._tables: dict[tuple, np.ndarray] = {}
+        self._runs: dict[tuple, tuple] = {}  # layout -> (labels, their run table or None, misses)
 
     def _map(self, fn, items: list) -> None:
         threads = min(len(items), torch.get_num_threads())
@@ -298,6 +324,24 @@ class FusedReducer:
         if table is None:
             table = self._tables[key] = segment_table(groups, width)
         return table
+
+    def _label_segments(self, groups, width: int, segments: np.ndarray, labels: np.ndarray, g: int,
+                        numel: int) -> np.ndarray | None:
+        """The segments split into label runs (:func:`label_runs`) when they average at least
+        :data:`MIN_RUN` elements, else None. Labels usually repeat from one replicate to the next
+        (RoPE's) or never make runs (per-element labels): the last labels of a layout and their
+        table are kept, so each costs one comparison."""
+        key = (tuple(groups), width, g)
+        cached = self._runs.get(key)
+        if cached is not None and np.array_equal(cached[0], labels):
+            return cached[1]
+        if cached is not None and cached[1] is None and cached[2] >= 3:
+            return None  # three different label sets without runs: stop looking
+        runs = label_runs(segments, labels, g)
+        useful = runs if len(runs) * MIN_RUN <= numel else None
+        misses = cached[2] + 1 if cached is not None and useful is None else 0
+        self._runs[key] = (labels.copy(), useful, misses)
+        return useful
 
     def reduce(self, ref_out: torch.Tensor, prod_out: torch.Tensor, oracle_out: torch.Tensor | None,
                bucket_axes: tuple[int, ...], labels: torch.Tensor | None, label_count: int | None,
@@ -326,6 +370,17 @@ class FusedReducer:
         if 8 * rows * acc_size > ACC_MEMORY and acc_size > numel:
             return NOT_APPLICABLE  # more accumulators than elements: the torch path scatters instead
         segments = self._segments(groups, width)
+        by_runs = False
+        if labels is not None:
+            compact = labels
+            for a in range(len(shape)):
+                if not kept[a]:
+                    compact = compact.narrow(a, 0, 1)
+            flat = compact.contiguous().reshape(-1).numpy()
+            g = max(int(flat.max()) + 1, label_count or 0)
+            runs = self._label_segments(groups, width, segments, flat, g, numel) if inner_kept else None
+            if runs is not None:  # accumulate in label space; [g, g + width) takes the excluded elements
+                segments, acc_size, by_runs = runs, g + width, True
         lanes = lanes_for(len(segments), numel, 8 * rows * acc_size)
         acc = np.zeros((lanes, rows, acc_size))
         peaks = np.zeros((lanes, 3, width))
@@ -359,13 +414,7 @@ class FusedReducer:
             g = positions
             counts = np.full((2, g), numel / g)
         else:
-            compact = labels
-            for a in range(len(shape)):
-                if not kept[a]:
-                    compact = compact.narrow(a, 0, 1)
-            flat = compact.contiguous().reshape(-1).numpy()
-            g = max(int(flat.max()) + 1, label_count or 0)
-            total = _scatter(total, flat, g)
+            total = total[:, :g] if by_runs else _scatter(total, flat, g)
             counts = np.bincount(flat[flat >= 0], minlength=g).astype(np.float64) * (numel // flat.size)
             counts = np.broadcast_to(counts, (2, g))
         return total, counts, (tuple(float(v) for v in peak) if oracle_out is not None else None), histogram.sum(0)
