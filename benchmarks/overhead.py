@@ -23,6 +23,8 @@ with R, so the ratio at the issue's R = 1024 follows from ``(fixed + 1024 * (r) 
 timed the fixed part in a separate run and subtracted it from (a): at small R on a shared machine
 that difference of two large, noisy times was meaningless.) ``--batched`` adds, for the cases
 whose kernels allow ``independent_leading_axis`` (here RMSNorm), a column with the batched certification.
+``--torch-reduction`` adds (r) once more with the compiled reduction switched off (``KCERT_NO_FUSED=1``,
+the torch path that runs without ``kcert[fast]`` or on an accelerator), timed in the same repeats.
 
 Run: python benchmarks/overhead.py [--replicates R] [--repeats N] [--cases rmsnorm rope ...] [--threads T]
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
 import platform
 import statistics
 import time
@@ -179,6 +182,8 @@ def main() -> None:
     ap.add_argument("--plain-memory", type=float, default=2.0, help="GiB the plain loop may store")
     ap.add_argument("--plain-resamples", type=int, default=50)
     ap.add_argument("--batched", action="store_true", help="also time certify with independent_leading_axis=True")
+    ap.add_argument("--torch-reduction", action="store_true",
+                    help="also time the replicate loop with the compiled reduction off (KCERT_NO_FUSED=1)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cases = build_cases()
@@ -192,13 +197,19 @@ def main() -> None:
     for name in args.cases:
         case = cases[name]
         batched_case = dataclasses.replace(case, independent_leading_axis=True)
-        t = {"a": [], "r": [], "b": [], "batched": []}
+        t = {"a": [], "r": [], "b": [], "batched": [], "torch": []}
         cert = None
         evaluate_only(case, 1)  # warm-up: allocator, real-mode dispatch
         replicate_loop(case, 1)
         for _ in range(args.repeats):
             t["b"].append(timed(lambda: evaluate_only(case, R)))
             t["r"].append(timed(lambda: replicate_loop(case, R)))
+            if args.torch_reduction:
+                os.environ["KCERT_NO_FUSED"] = "1"
+                try:
+                    t["torch"].append(timed(lambda: replicate_loop(case, R)))
+                finally:
+                    del os.environ["KCERT_NO_FUSED"]
             start = time.perf_counter()
             cert = kcert.certify(case, replicates=R, max_replicates=R)
             t["a"].append(time.perf_counter() - start)
@@ -206,6 +217,7 @@ def main() -> None:
                 t["batched"].append(timed(lambda: kcert.certify(batched_case, replicates=R, max_replicates=R)))
         med = {key: statistics.median(v) for key, v in t.items() if v}
         per_r = statistics.median(r / b for r, b in zip(t["r"], t["b"]))  # each repeat side by side
+        per_torch = statistics.median(r / b for r, b in zip(t["torch"], t["b"])) if t["torch"] else None
         fixed = max(med["a"] - med["r"], 0.0)
         bytes_per = sum(np.prod(acc.shape) * 18 for acc in cert.outputs)  # two float64 copies + oracle: 8+8+2 bytes
         plain_r = int(max(2, min(args.plain_replicates, R, args.plain_memory * 2**30 // bytes_per)))
@@ -214,21 +226,23 @@ def main() -> None:
         plain_1024 = (p.loop_s + p.stats_s) * 1024 / plain_r + p.bootstrap_s * 1000 / p.resamples
         certify_1024 = fixed + 1024 * med["r"] / R
         at_1024 = certify_1024 / (1024 * med["b"] / R)
-        rows.append((name, med, per_r, fixed, at_1024, p, plain_1024, certify_1024, cert.verdict.value))
+        rows.append((name, med, per_r, fixed, at_1024, p, plain_1024, certify_1024, cert.verdict.value, per_torch))
         print(f"{name}: (a) {med['a']:.1f} s, (r) {med['r']:.1f} s, (b) {med['b']:.1f} s, per replicate (r)/(b) "
               f"{per_r:.3f}, fixed {fixed:.1f} s, (a)/(b) at R=1024 {at_1024:.3f}; at R=1024 plain {plain_1024:.0f} s "
               f"(loop at {plain_r} replicates, {p.resamples} resamples, scaled), certify {certify_1024:.0f} s"
-              + (f"; batched {med['batched']:.1f} s" if "batched" in med else ""), flush=True)
+              + (f"; batched {med['batched']:.1f} s" if "batched" in med else "")
+              + (f"; per replicate with the torch reduction {per_torch:.3f}" if per_torch is not None else ""), flush=True)
     print()
     print("| case | (b) evaluate s | (r) replicate loop s | per-replicate (r)/(b) | (a) certify s | fixed part s | "
           "(a)/(b) at R = 1024 | (c) plain at R = 1024, s | certify at R = 1024, s | speed-up over plain |"
-          + (" batched certify s |" if args.batched else ""))
-    print("| --- " * (10 + args.batched) + "|")
-    for name, med, per_r, fixed, at_1024, p, plain_1024, certify_1024, verdict in rows:
+          + (" batched certify s |" if args.batched else "") + (" per replicate, torch reduction |" if args.torch_reduction else ""))
+    print("| --- " * (10 + args.batched + args.torch_reduction) + "|")
+    for name, med, per_r, fixed, at_1024, p, plain_1024, certify_1024, verdict, per_torch in rows:
         print(f"| {name} ({verdict}) | {med['b']:.1f} | {med['r']:.1f} | {per_r:.3f} | {med['a']:.1f} | {fixed:.1f} | "
               f"{at_1024:.3f} | {plain_1024:.0f} (loop at {p.replicates}, {p.resamples} fits) | {certify_1024:.0f} | "
               f"{plain_1024 / certify_1024:.1f}x |"
-              + ((f" {med['batched']:.1f} |" if "batched" in med else " - |") if args.batched else ""))
+              + ((f" {med['batched']:.1f} |" if "batched" in med else " - |") if args.batched else "")
+              + (f" {per_torch:.3f} |" if per_torch is not None else ""))
 
 if __name__ == "__main__":
     main()

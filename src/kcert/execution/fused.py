@@ -1,19 +1,24 @@
 """The per-replicate reduction as one compiled pass over the elements (CPU, numba; optional).
 
 :mod:`kcert.execution.outputs` reduces an output with about a dozen eager torch passes per chunk.
-On the CPU those passes cost 6-9 ns per element, a quarter to a half of what evaluating ref, prod
+On the CPU those passes cost 7-10 ns per element, a quarter to a half of what evaluating ref, prod
 and the float64 oracle costs for light kernels such as RoPE or RMSNorm (docs/benchmarks.md). Here
-every element is read once: decoded (16-bit formats through a 65536-entry table), differenced,
-added to its bucket's five sums, folded into the extremes and, for L0, binned by its ULP distance.
+every element is read once, in cache-sized segments: decoded to float64 (bfloat16 by a bit shift,
+float16 through a 65536-entry table), differenced, added to its accumulator position's five sums,
+folded into the running maxima and, for L0, binned by its ULP distance: 3.3-3.7 ns per element.
 
-Determinism: the elements are split into ``lanes``, contiguous ranges fixed by the output's shape
-and bucket count alone; each lane sums its range in order into its own accumulators, and the lanes
-are added in order. The lanes may run on any number of threads (the kernel releases the GIL):
-the numbers never depend on the thread count, the batch size or the process.
+Determinism: the order of the additions is a segment table (:func:`segment_table`,
+:func:`label_runs`) fixed by the output's shape and buckets; the table is cut into ``lanes``
+(:func:`lanes_for`, a function of the shape and the accumulator size), each lane sums into its
+own accumulators and the lanes are added in order. The lanes may run on any number of threads
+(the kernel releases the GIL): the numbers never depend on the thread count, the batch size or the
+process. They differ from the torch path's by float64 round-off (sums) and not at all (extremes,
+ULP counts); the certificate names the path (``provenance.environment.reduction``).
 
-Install with ``pip install "kcert[fast]"``. Without numba, or on another device, for formats it does
-not decode, or for bucket layouts of more than four alternating axis groups, :func:`reduce_fused`
-returns ``NOT_APPLICABLE`` and the torch path runs.
+Install with ``pip install "kcert[fast]"``. Without numba, on another device, for integer outputs,
+or when a summed innermost axis group would need more accumulators than there are elements,
+:meth:`FusedReducer.reduce` returns ``NOT_APPLICABLE`` and the torch path runs; ``KCERT_NO_FUSED=1``
+forces that path.
 """
 
 from __future__ import annotations
@@ -52,10 +57,17 @@ def available() -> bool:
     return numba is not None and os.environ.get(_DISABLE_ENV, "") in ("", "0")
 
 
+BF16_SHIFT, TABLE, DIRECT = 0, 1, 2  # how the kernel decodes a side's values into float64
+
+
+def _mode(dtype: torch.dtype) -> int:
+    return {torch.bfloat16: BF16_SHIFT, torch.float16: TABLE}.get(dtype, DIRECT)
+
+
 def _table(dtype: torch.dtype) -> np.ndarray:
-    """float64 value of every bit pattern of a 16-bit format (exact: each is a float64); the
-    kernel decodes through it, since numba has no bfloat16 or float16 arithmetic on the CPU."""
-    if dtype not in (torch.bfloat16, torch.float16):
+    """float64 value of every float16 bit pattern (exact: each is a float64): numba has no float16
+    arithmetic on the CPU. bfloat16 needs none (its bits are float32's upper half)."""
+    if _mode(dtype) != TABLE:
         return _NO_TABLE
     table = _TABLES.get(dtype)
     if table is None:
@@ -63,13 +75,6 @@ def _table(dtype: torch.dtype) -> np.ndarray:
         values = codes.view(dtype).to(torch.float64).numpy()
         table = _TABLES[dtype] = np.roll(values, -(2**15)).copy()  # index = unsigned bit pattern
     return table
-
-
-BF16_SHIFT, TABLE, DIRECT = 0, 1, 2  # how the kernel decodes a side's values into float64
-
-
-def _mode(dtype: torch.dtype) -> int:
-    return {torch.bfloat16: BF16_SHIFT, torch.float16: TABLE}.get(dtype, DIRECT)
 
 
 if numba is not None:

@@ -1,7 +1,10 @@
 """Per-replicate reduction of one output to per-bucket summaries (torch side of the pipeline).
 
 For every replicate the full outputs are reduced at once to O(buckets) numbers and O(1) error
-norms, so no output is ever stored across replicates.
+norms, so no output is ever stored across replicates. Three paths give the same numbers (sums to
+float64 round-off, extremes and ULP counts exactly): the compiled single pass of
+:mod:`kcert.execution.fused` on the CPU when numba is installed, chunked torch passes otherwise
+(and on accelerators), and the masked path when a value is inf or nan.
 """
 
 from __future__ import annotations
