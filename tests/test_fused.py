@@ -218,3 +218,11 @@ def test_label_runs_map_every_element_to_its_label():
     r, p, o = _outputs(shape)
     reducer.reduce(r, p, o, (), _labels(spec, r), spec.count, True)
     assert [entry[1] is not None for entry in reducer._runs.values()] == [True]
+
+
+def test_short_innermost_runs_go_to_the_torch_path():
+    r, p, o = _outputs((20000, 2))
+    layout = make_layout(0, "out", r, p, kcert.Axes(-1), "test")
+    assert fused.FusedReducer().reduce(r, p, o, layout.bucket_axes, None, None, True) is fused.NOT_APPLICABLE
+    s, masked = summarize(layout, r, p, o, None), _summarize_masked(layout, r, p, o, None)
+    np.testing.assert_allclose(s.sums, masked.sums, rtol=1e-12, atol=1e-15)

@@ -16,7 +16,8 @@ process. They differ from the torch path's by float64 round-off (sums) and not a
 ULP counts); the certificate names the path (``provenance.environment.reduction``).
 
 Install with ``pip install "kcert[fast]"``. Without numba, on another device, for integer outputs,
-or when a summed innermost axis group would need more accumulators than there are elements,
+when a summed innermost axis group would need more accumulators than there are elements, or
+when the contiguous runs are too short to amortize a segment (many runs under 16 elements),
 :meth:`FusedReducer.reduce` returns ``NOT_APPLICABLE`` and the torch path runs; ``KCERT_NO_FUSED=1``
 forces that path.
 """
@@ -43,6 +44,7 @@ WIDTH = 1024  # elements per innermost segment: the kernel's scratch rows stay i
 LANE_MIN_ELEMENTS = 1 << 20  # a lane must amortize its own accumulators and their final addition
 MAX_LANES = 16
 LANE_MEMORY = 64 * 2**20  # bytes of the lanes' accumulators together, at most
+MIN_SEGMENT, MANY_SEGMENTS = 16, 4096  # each segment costs ~100 cycles of set-up: shorter ones go to torch
 MIN_RUN = 32  # label runs shorter than this on average: accumulate by position and scatter instead
 ACC_MEMORY = 16 * 2**20  # bytes of one lane's accumulators for a summed innermost axis group
 _DISABLE_ENV = "KCERT_NO_FUSED"  # set to 1 to force the torch path (comparisons, debugging)
@@ -375,6 +377,8 @@ class FusedReducer:
         if 8 * rows * acc_size > ACC_MEMORY and acc_size > numel:
             return NOT_APPLICABLE  # more accumulators than elements: the torch path scatters instead
         segments = self._segments(groups, width)
+        if len(segments) > MANY_SEGMENTS and numel < MIN_SEGMENT * len(segments):
+            return NOT_APPLICABLE  # short innermost runs (e.g. (N, 2) bucketed by the last axis): torch is faster
         by_runs = False
         if labels is not None:
             compact = labels
