@@ -5,7 +5,7 @@ On the CPU those passes cost 7-10 ns per element, a quarter to a half of what ev
 and the float64 oracle costs for light kernels such as RoPE or RMSNorm (docs/benchmarks.md). Here
 every element is read once, in cache-sized segments: decoded to float64 (bfloat16 by a bit shift,
 float16 through a 65536-entry table), differenced, added to its accumulator position's five sums,
-folded into the running maxima and, for L0, binned by its ULP distance: 3.3-3.7 ns per element.
+folded into the running maxima and, for L0, binned by its ULP distance: 3.2-4.5 ns per element (benchmarks/reduction.py).
 
 Determinism: the order of the additions is a segment table (:func:`segment_table`,
 :func:`label_runs`) fixed by the output's shape and buckets; the table is cut into ``lanes``
