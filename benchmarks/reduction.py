@@ -24,7 +24,7 @@ from overhead import build_cases
 from kcert.case import Labels
 from kcert.execution import fused, probes
 from kcert.execution.outputs import Workspace, bucket_labels, summarize
-from kcert.execution.runner import Runner, as_outputs
+from kcert.execution.runner import Runner
 
 
 def one_replicate(case):

@@ -220,6 +220,7 @@ def _probe_and_provenance(cert: Certificate) -> str:
              "dtype": p.dtype, "device": p.device, "oracle": probes.get("oracle", "-"), "date": p.date,
              "wall time": f"{p.wall_time_s:.1f} s",
              "software": ", ".join(f"{k} {v}" for k, v in versions.items()),
+             "reduction": env.get("reduction", "torch"),
              "platform": f"{env.get('platform', '-')} ({env.get('cpu', '-')})"}
     parts.append("<table>" + "".join(f"<tr><th>{k}</th><td>{e(str(v))}</td></tr>" for k, v in facts.items())
                  + "</table>")

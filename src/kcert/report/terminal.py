@@ -174,7 +174,8 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     body.append(Text(f"reproduce: {p.command}", style="bold"))
     body.append(Text(
         f"seed {p.seed} · R = {p.replicates} (max {p.max_replicates}) · dtype {p.dtype} · device {p.device} "
-        f"({env.get('gpu', env['cpu'])}) · {versions} · {p.date} · {p.wall_time_s:.1f} s",
+        f"({env.get('gpu', env['cpu'])}) · {versions} · reduction {env.get('reduction', 'torch')} · {p.date} · "
+        f"{p.wall_time_s:.1f} s",
         style="dim",
     ))
     console.print(Panel(Group(*body), title=head, title_align="left", border_style=STYLE[cert.verdict]))
