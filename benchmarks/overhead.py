@@ -30,6 +30,7 @@ whose kernels allow ``independent_leading_axis`` (here RMSNorm), a column with t
 the torch path that runs without ``kcert[fast]`` or on an accelerator), timed in the same repeats.
 
 Run: python benchmarks/overhead.py [--replicates R] [--repeats N] [--cases rmsnorm rope ...] [--threads T]
+[--device cuda]
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from kcert.execution.realmode import run_real
 from kcert.execution.runner import Runner, as_outputs
 
 ROUTER = dict(moe.QWEN2_MOE, norm_topk_prob=True)
+DEVICE = torch.device("cpu")  # --device: where the probes, kernels and oracle run
 BATCHABLE = {"rmsnorm"}  # kernels that treat a leading axis independently (the others index fixed axes)
 
 
@@ -86,9 +88,9 @@ def build_cases() -> dict[str, kcert.Case]:
 
 def evaluate_only(case: kcert.Case, replicates: int, seed: int = 0) -> None:
     """(b): the runner's draws and kernel calls, nothing else."""
-    weights = probes.draw_weights(case, seed, torch.device("cpu"))
+    weights = probes.draw_weights(case, seed, DEVICE)
     for r in range(replicates):
-        draw = probes.draw_inputs(case, seed, r, torch.device("cpu"))
+        draw = probes.draw_inputs(case, seed, r, DEVICE)
         working = {**draw.working, **weights.working}
         exact = {**draw.exact, **weights.exact}
         with torch.no_grad():
@@ -102,7 +104,7 @@ def evaluate_only(case: kcert.Case, replicates: int, seed: int = 0) -> None:
 
 def replicate_loop(case: kcert.Case, replicates: int, seed: int = 0) -> None:
     """(r): what certify does per replicate, nothing else."""
-    Runner(case, seed).run(0, replicates)
+    Runner(case, seed, device=DEVICE).run(0, replicates)
 
 
 @dataclasses.dataclass
@@ -116,11 +118,11 @@ class PlainTiming:
 
 def plain(case: kcert.Case, replicates: int, k: np.ndarray, resamples: int, seed: int = 0) -> PlainTiming:
     """(c): store everything, then numpy statistics, then a loop of scipy GPD fits."""
-    weights = probes.draw_weights(case, seed, torch.device("cpu"))
+    weights = probes.draw_weights(case, seed, DEVICE)
     t0 = time.perf_counter()
     stored = []
     for r in range(replicates):
-        draw = probes.draw_inputs(case, seed, r, torch.device("cpu"))
+        draw = probes.draw_inputs(case, seed, r, DEVICE)
         working = {**draw.working, **weights.working}
         exact = {**draw.exact, **weights.exact}
         with torch.no_grad():
@@ -130,10 +132,10 @@ def plain(case: kcert.Case, replicates: int, k: np.ndarray, resamples: int, seed
         labels = []
         for i, x in enumerate(a):
             spec = case.bucket_spec(i, len(a))
-            labels.append(bucket_labels(spec, draw.working, weights.working, x, "").numpy().copy()
+            labels.append(bucket_labels(spec, draw.working, weights.working, x, "").cpu().numpy().copy()
                           if isinstance(spec, Labels) else None)
-        stored.append(([x.double().numpy() for x in a], [x.double().numpy() for x in b],
-                       [x.numpy() for x in o], labels))
+        stored.append(([x.double().cpu().numpy() for x in a], [x.double().cpu().numpy() for x in b],
+                       [x.cpu().numpy() for x in o], labels))
     t1 = time.perf_counter()
     for i in range(len(stored[0][0])):
         ref = np.stack([s[0][i] for s in stored])
@@ -172,6 +174,8 @@ def plain(case: kcert.Case, replicates: int, k: np.ndarray, resamples: int, seed
 def timed(fn) -> float:
     t = time.perf_counter()
     fn()
+    if DEVICE.type == "cuda":  # kernels are asynchronous: wait for them before reading the clock
+        torch.cuda.synchronize(DEVICE)
     return time.perf_counter() - t
 
 
@@ -181,6 +185,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", nargs="+", default=["rmsnorm", "rope", "attention", "router"])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="torch device for probes, kernels and oracle (e.g. cuda)")
     ap.add_argument("--plain-replicates", type=int, default=8)
     ap.add_argument("--plain-memory", type=float, default=2.0, help="GiB the plain loop may store")
     ap.add_argument("--plain-resamples", type=int, default=50)
@@ -189,12 +194,17 @@ def main() -> None:
                     help="also time the replicate loop with the compiled reduction off (KCERT_NO_FUSED=1)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: CUDA is not available on this machine")
     cases = build_cases()
     unknown = set(args.cases) - set(cases)
     if unknown:
         ap.error(f"--cases: unknown {sorted(unknown)}; choose from {sorted(cases)}")
     R = args.replicates
-    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
+    where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else (platform.processor() or platform.machine())
+    print(f"{where}, torch {torch.__version__}, {args.threads} thread(s), "
           f"R = {R}, median of {args.repeats} repeats, interleaved")
     rows = []
     for name in args.cases:
@@ -214,10 +224,10 @@ def main() -> None:
                 finally:
                     del os.environ["KCERT_NO_FUSED"]
             start = time.perf_counter()
-            cert = kcert.certify(case, replicates=R, max_replicates=R)
+            cert = kcert.certify(case, replicates=R, max_replicates=R, device=DEVICE)
             t["a"].append(time.perf_counter() - start)
             if args.batched and name in BATCHABLE:
-                t["batched"].append(timed(lambda: kcert.certify(batched_case, replicates=R, max_replicates=R)))
+                t["batched"].append(timed(lambda: kcert.certify(batched_case, replicates=R, max_replicates=R, device=DEVICE)))
             # (c) in the same repeat, so that its speed-up is a ratio of figures taken side by side
             bytes_per = sum(np.prod(acc.shape) * 18 for acc in cert.outputs)  # two float64 copies + oracle
             plain_r = int(max(2, min(args.plain_replicates, R, args.plain_memory * 2**30 // bytes_per)))
