@@ -56,6 +56,9 @@ def test_compiled_reduction_equals_the_torch_paths(shape, spec, oracle):
     o = o if oracle else None
     layout = make_layout(0, "out", r, p, spec, "test")
     labels = _labels(spec, r)
+    count = spec.count if isinstance(spec, kcert.Labels) else None
+    direct = fused.FusedReducer().reduce(r, p, o, layout.bucket_axes, labels, count, layout.bitwise_comparable)
+    assert direct is not fused.NOT_APPLICABLE and direct is not fused.NONFINITE  # the compiled path ran
     compiled = summarize(layout, r, p, o, labels)
     chunked = _summarize_finite(layout, r, p, o, labels, Workspace())  # the torch chunks
     masked = _summarize_masked(layout, r, p, o, labels)
