@@ -19,6 +19,7 @@ from kcert.execution.outputs import (
     summarize,
 )
 from kcert.stats import bitwise as S
+from test_batched import LAYOUTS as BATCHED_LAYOUTS
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason="numba is not installed (pip install 'kcert[fast]')")
 
@@ -35,17 +36,9 @@ def _labels(spec, r):
     return bucket_labels(spec, {}, {}, r, "test") if isinstance(spec, kcert.Labels) else None
 
 
-LAYOUTS = [
-    ((8, 300, 520), kcert.Axes(-1)),
-    ((1, 8, 1024, 64), kcert.Axes(1)),  # a summed innermost group, folded over the segment width
-    ((2, 4, 33, 64), kcert.Axes(0, 2)),
-    ((2, 4, 33, 64), kcert.Axes()),
+LAYOUTS = BATCHED_LAYOUTS + [  # the torch chunks' layouts (tests/test_batched.py), and:
     ((3, 2, 5, 7, 11, 13), kcert.Axes(0, 2, 4)),  # six alternating groups
     ((5, 1, 7), kcert.Axes(1)),  # a size-1 bucket axis
-    ((2, 4, 300, 128), kcert.Labels(lambda i, w, r: (torch.arange(300)[:, None] // 100) * 128 + torch.arange(128),
-                                    count=3 * 128)),
-    ((600, 256), kcert.Labels(lambda i, w, r: torch.arange(600)[:, None] % 9 - 1)),  # -1: excluded
-    ((600, 256), kcert.Labels(lambda i, w, r: (torch.arange(600 * 256) % 11 - 1).reshape(600, 256), count=12)),
 ]
 
 
@@ -217,7 +210,7 @@ def test_label_runs_map_every_element_to_its_label():
             assert (acc + t == expected) if expected >= 0 else (acc == 9 and labels[position:position + length] < 0).all()
     # the RoPE-like layout of the suite takes this path (its labels count up along head_dim)
     reducer = fused.FusedReducer()
-    shape, spec = LAYOUTS[6]
+    shape, spec = LAYOUTS[5]  # labels counting up along head_dim
     r, p, o = _outputs(shape)
     reducer.reduce(r, p, o, (), _labels(spec, r), spec.count, True)
     assert [entry[1] is not None for entry in reducer._runs.values()] == [True]

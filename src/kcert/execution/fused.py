@@ -218,8 +218,9 @@ if numba is not None:
         return out
 
 
-def _groups(shape: tuple[int, ...], kept: tuple[bool, ...]) -> list[tuple[int, bool]]:
-    """Adjacent axes of one kind merged, size-1 axes dropped: [(size, kept), ...] (at least one)."""
+def merge_axis_groups(shape, kept: tuple[bool, ...]) -> list[tuple[int, bool]]:
+    """Adjacent axes of one kind merged, size-1 axes dropped: [(size, kept), ...] (at least one).
+    Shared with the torch path's ``outputs._reduce``."""
     groups: list[list] = []
     for size, k in zip(shape, kept):
         if size == 1:
@@ -229,6 +230,19 @@ def _groups(shape: tuple[int, ...], kept: tuple[bool, ...]) -> list[tuple[int, b
         else:
             groups.append([size, k])
     return [(s, k) for s, k in groups] or [(1, True)]
+
+
+def compact_labels(labels: torch.Tensor) -> tuple[tuple[bool, ...], torch.Tensor]:
+    """(kept, compact): the axes along which broadcast labels vary (a broadcast axis has stride 0
+    and is summed densely, before any scatter) and the labels narrowed to index 0 along the others.
+    Shared with the torch path (``outputs._summarize_finite``)."""
+    shape = tuple(labels.shape)
+    kept = tuple(not (shape[a] > 1 and labels.stride(a) == 0) for a in range(len(shape)))
+    compact = labels
+    for a, k in enumerate(kept):
+        if not k:
+            compact = compact.narrow(a, 0, 1)
+    return kept, compact
 
 
 def segment_table(groups: list[tuple[int, bool]], width: int) -> np.ndarray:
@@ -364,9 +378,9 @@ class FusedReducer:
         numel = ref_out.numel()
         if labels is None:
             kept = tuple(a in bucket_axes for a in range(len(shape)))
-        else:  # accumulate over the compact label positions: the broadcast axes (stride 0) are summed
-            kept = tuple(not (shape[a] > 1 and labels.stride(a) == 0) for a in range(len(shape)))
-        groups = _groups(shape, kept)
+        else:  # accumulate over the compact label positions: the broadcast axes are summed
+            kept, compact = compact_labels(labels)
+        groups = merge_axis_groups(shape, kept)
         positions = math.prod(s for s, k in groups if k)
         inner, inner_kept = groups[-1]
         rows = 5 if oracle_out is not None else 3
@@ -381,10 +395,6 @@ class FusedReducer:
             return NOT_APPLICABLE  # short innermost runs (e.g. (N, 2) bucketed by the last axis): torch is faster
         by_runs = False
         if labels is not None:
-            compact = labels
-            for a in range(len(shape)):
-                if not kept[a]:
-                    compact = compact.narrow(a, 0, 1)
             flat = compact.contiguous().reshape(-1).numpy()
             g = max(int(flat.max()) + 1, label_count or 0)
             runs = self._label_segments(groups, width, segments, flat, g, numel) if inner_kept else None

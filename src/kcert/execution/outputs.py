@@ -189,14 +189,7 @@ def _reduce(x: torch.Tensor, keep: tuple[bool, ...]) -> torch.Tensor:
     """Sum the contiguous ``x`` of shape ``(K, *shape)`` over the axes where ``keep`` is False;
     returns ``(K, prod of kept sizes)``. Adjacent axes of one kind are merged so that every step
     is a contiguous reduction of the last axis or a matrix-vector product (both memory speed)."""
-    groups: list[list] = []
-    for size, kept in zip(x.shape[1:], keep):
-        if size == 1:
-            continue
-        if groups and groups[-1][1] == kept:
-            groups[-1][0] *= size
-        else:
-            groups.append([size, kept])
+    groups = [list(g) for g in fused.merge_axis_groups(x.shape[1:], keep)]
     y = x.reshape(x.shape[0], *(s for s, _ in groups))
     while any(not kept for _, kept in groups):
         if not groups[-1][1]:
@@ -259,11 +252,7 @@ def _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, ws: Workspa
         g = int(np.prod(layout.bucket_shape))
     else:
         # axes where the labels are broadcast (stride 0) are summed densely before the scatter
-        keep = tuple(not (shape[a] > 1 and labels.stride(a) == 0) for a in range(n))
-        compact = labels
-        for a in range(n):
-            if not keep[a]:
-                compact = compact.narrow(a, 0, 1)
+        keep, compact = fused.compact_labels(labels)
         flat = compact.reshape(-1)
         lo, hi = (int(v) for v in torch.aminmax(flat)) if flat.numel() else (0, -1)
         g = max(hi + 1, layout.spec.count or 0)
