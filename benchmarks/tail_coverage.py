@@ -1,156 +1,206 @@
-"""Coverage of the variance gate's upper bound U and the error rates of its verdict, by simulation.
+"""Coverage and error rates of the variance gate's tail-ratio bound, by simulation.
 
-For several laws of K (light and heavy tails, with and without a mass at K = 0) and replicate
-counts R, draw K samples whose true return level r_T = F^-1(1 - 1/T) is known, run both rules on
-the same samples and record U / r_T:
+The gate compares prod's and ref's per-replicate errors (in harm units) through their T-call return
+levels: ``A_T = max(0, r_prod - 1) / r_ref`` and U, its profile-likelihood upper bound
+(kcert.gates.variance.judge_errors, kcert.stats.tail_ratio). This script measures, with the gate as
+shipped:
 
-- "report": the technical report's rule, xi clipped to <= 0, U = r_T + 3 se with se from a
-  bootstrap of the exceedances (kcert.stats.tail.fit_tail; kcert's rule before issue 4);
-- "kcert": the gate as shipped (kcert.gates.variance.judge_amplification): profile-likelihood
-  bound with the exceedance rate profiled, bounded tail tested (free xi and no PASS when rejected).
+1. **Known laws.** Both sides draw errors from one law (the six laws of the earlier coverage study:
+   exponential, half-normal, lognormal s = 0.5, GPD xi = +0.1, GPD xi = -0.2, exponential with 60 %
+   zeros), independently (the bound's model) or through a Gaussian copula with correlation 0.8
+   (shared inputs). Errors are scaled far above the one-unit slack, so the rule is equivariant in
+   prod's scale and one set of runs gives every rate: coverage P(U >= A_T) (nominal: one-sided
+   1 - alpha with alpha = 0.00135/3 over three planned looks, or 0.00135 at one look), false PASS at a
+   true A_T = 2.05 (P(2.05 U_1 <= 2)), false FAIL at a true A_T = 5 (the estimate above 10), PASS rate
+   at A_T = 1 and 1.2.
+2. **Shape mismatch.** prod's law heavier in shape than ref's (GPD xi = +0.1 against exponential,
+   exponential against half-normal): the common-shape assumption does not hold; measured coverage.
+3. **Real kernel pairs** (``--real``): per-replicate errors of benign pairs from the control suite
+   (benchmarks/data/real_errors.npz, made by ``--collect``), resampled with replacement in pairs; the
+   share of resamples that PASS, WARN and FAIL at R = 1024 (their truth is "not amplified": prod no
+   worse than ref on the data).
 
-Both rules are scale-equivariant, so one set of runs gives every error rate: the coverage is
-P(U >= r_T) (nominal 99.87 %, a one-sided 3-sigma bound); the false-PASS rate at a true r_T just
-above the WARN line (2.05) is P(PASS | r_T = 2.05) = P(U/r_T <= 2/2.05 and PASS allowed); the
-false-FAIL rate at r_T = 5 (a WARN) is P(U/r_T > 10/5); the PASS rate (power) at r_T = 1.2 is
-P(U/r_T <= 2/1.2 and PASS allowed). kcert refuses PASS when the bounded tail is rejected, and FAILs
-when the bounded-tail estimate of r_T (not U) is above 10; the report FAILs when its U is above 10. The
-false-FAIL column applies each rule's own FAIL line.
-
-``--stopping`` runs the optional-stopping study: true r_T = 2.05 (a PASS is false) for an
-exponential K; the report's rule adds 1024 replicates per look (up to 16 looks) until
-r_T +- 3 se clears both thresholds; kcert's rule spends alpha over its planned looks (R, 2R, 4R).
-
-Usage: python benchmarks/tail_coverage.py [--runs 400] [--workers 2] [--stopping] [--seed 0]
+Usage: python benchmarks/tail_coverage.py [--runs 1000] [--workers 2] [--seed 0] [--looks 3]
+       [--replicates 1024 4096] [--laws] [--mismatch] [--real] [--collect]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from scipy import stats
 
 T = 6.25e5
+SCALE = 1e6  # errors in harm units far above the slack of 1: the rule is then equivariant in prod's scale
+DATA = os.path.join(os.path.dirname(__file__), "data", "real_errors.npz")
+
+# law -> (isf: upper-tail probability -> value, share of exact zeros)
+LAWS = {
+    "exponential": (lambda p: stats.expon.isf(p), 0.0),
+    "half-normal": (lambda p: stats.halfnorm.isf(p), 0.0),
+    "lognormal s=0.5": (lambda p: stats.lognorm.isf(p, 0.5), 0.0),
+    "GPD xi=+0.1": (lambda p: stats.genpareto.isf(p, 0.1), 0.0),
+    "GPD xi=-0.2": (lambda p: stats.genpareto.isf(p, -0.2), 0.0),
+    "exponential, 60% zeros": (lambda p: stats.expon.isf(p), 0.6),
+}
+MISMATCH = (("GPD xi=+0.1", "exponential"), ("exponential", "half-normal"), ("lognormal s=0.5", "half-normal"))
+REAL = ("compiled_hf_llama_mlp", "compiled_hf_mean_cross_entropy", "compiled_attention", "compiled_hf_rotary",
+        "hf_qwen2_attention_eager_vs_sdpa", "hf_mistral_attention_eager_vs_sdpa", "hf_gemma_attention_eager_vs_sdpa",
+        "compiled_token_cross_entropy", "llama3_scaling_clamped", "cos_sin_float32_cache")
 
 
-def _laws():
-    """name -> (sampler(rng, n) -> K >= 0 with unit-ish scale, true r_T of that sampler at T)."""
-    def zero_mass(p0, base, isf):
-        def draw(rng, n):
-            k = base(rng, n)
-            k[rng.random(n) < p0] = 0.0
-            return k
-        return draw, isf(1.0 / (T * (1 - p0)))
+def _pair(rng, n, law_a, law_b, rho):
+    z = rng.standard_normal((2, n))
+    z[1] = rho * z[0] + math.sqrt(1.0 - rho * rho) * z[1]
+    out = []
+    for law, row in ((law_a, z[0]), (law_b, z[1])):
+        isf, zeros = LAWS[law]
+        x = isf(stats.norm.sf(row))
+        if zeros:
+            x[rng.random(n) < zeros] = 0.0
+        out.append(SCALE * x)
+    return out
 
-    return {
-        "exponential": (lambda rng, n: rng.exponential(1.0, n), stats.expon.isf(1 / T)),
-        "half-normal": (lambda rng, n: np.abs(rng.standard_normal(n)), stats.halfnorm.isf(1 / T)),
-        "lognormal s=0.5": (lambda rng, n: rng.lognormal(0.0, 0.5, n), stats.lognorm.isf(1 / T, 0.5)),
-        "GPD xi=+0.1": (lambda rng, n: stats.genpareto.rvs(0.1, size=n, random_state=rng),
-                        stats.genpareto.isf(1 / T, 0.1)),
-        "GPD xi=-0.2": (lambda rng, n: stats.genpareto.rvs(-0.2, size=n, random_state=rng),
-                        stats.genpareto.isf(1 / T, -0.2)),
-        "exponential, 60% K=0": zero_mass(0.6, lambda rng, n: rng.exponential(1.0, n), stats.expon.isf),
-    }
+
+def true_ratio(law_a: str, law_b: str) -> float:
+    (isf_a, z_a), (isf_b, z_b) = LAWS[law_a], LAWS[law_b]
+    return isf_a(1.0 / (T * (1 - z_a))) / isf_b(1.0 / (T * (1 - z_b)))
 
 
 def _one(args):
-    law, r, run, seed = args
+    """One run of the gate's decision statistics: the interval U rests on and the common-shape estimate
+    FAIL rests on (kcert.gates.variance.judge_errors adds diagnostics around them, which cost time and
+    change no verdict at these error scales)."""
+    law_a, law_b, rho, r, run, seed, looks = args
     from kcert.certificate import VarianceThresholds
-    from kcert.gates.variance import judge_amplification
+    from kcert.stats.tail_ratio import exceedances_of, tail_ratio_interval
 
-    draw, true = _laws()[law]
-    rng = np.random.default_rng([seed, r, run, list(_laws()).index(law)])
-    k = draw(rng, r)
-    v = judge_amplification(k, T, VarianceThresholds(), seed=run)
-    heavy = v.shape_test is not None and v.shape_test.rejects
-    inf = math.inf
-    report = v.report_upper_bound if v.report_upper_bound is not None else inf
-    kcert = v.upper_bound if v.upper_bound is not None else inf
-    estimate = v.bounded_interval.estimate if v.bounded_interval is not None else inf
-    fail_stat = estimate  # kcert FAILs on the bounded-tail estimate of r_T (VarianceThresholds.fail_on)
-    return law, r, report / true, kcert / true, heavy, float(np.max(k)) / true, fail_stat / true
+    from kcert.gates.variance import fail_estimate
+
+    t = VarianceThresholds()
+    key = [seed, run, r, int(rho * 100)] + [list(LAWS).index(law_a), list(LAWS).index(law_b)]
+    rng = np.random.default_rng(key)
+    a, b = _pair(rng, r, law_a, law_b, rho)
+    sides = [exceedances_of(x, t.threshold_quantile, t.min_exceedances) for x in (a, b)]
+    iv = tail_ratio_interval(*sides, T, t.alpha / looks, slack=t.slack, heterogeneity_level=t.heterogeneity_level)
+    return iv.upper, fail_estimate(iv, t), iv.model != "common shape"
 
 
-def coverage_table(runs: int, workers: int, seed: int, replicates=(1024, 4096)):
-    jobs = [(law, r, i, seed) for law in _laws() for r in replicates for i in range(runs)]
+def _rates(rows, truth):
+    u = np.array([x[0] for x in rows]) / truth
+    est = np.array([x[1] for x in rows]) / truth
+    separate = np.mean([x[2] for x in rows])
+    return {"coverage": np.mean(u >= 1.0), "misses": int(np.sum(u < 1.0)), "median": np.median(u),
+            "false_pass": np.mean(2.05 * u <= 2.0), "false_fail": np.mean(5.0 * est > 10.0),
+            "pass_1": np.mean(u <= 2.0), "pass_12": np.mean(1.2 * u <= 2.0), "separate": separate}
+
+
+def laws_table(runs, workers, seed, looks, replicates, pairs, title):
+    alpha = 0.00135 / looks
+    print(f"\n{title}: {runs} runs per row, T = {T:g}, alpha = 0.00135/{looks} per bound "
+          f"(nominal coverage {1 - alpha:.5%}), seed {seed}\n")
+    print("| prod law | ref law | dependence | R | coverage of U (misses) | median U / A_T | false PASS at A_T = 2.05 "
+          "| false FAIL at A_T = 5 | PASS rate at A_T = 1 | PASS rate at A_T = 1.2 | separate shapes |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with ProcessPoolExecutor(workers) as pool:
-        rows = list(pool.map(_one, jobs, chunksize=8))
-    print(f"{runs} runs per row, T = {T:g}; U / true r_T recorded per run; seed {seed}\n")
-    print("| K law | R | rule | coverage of U | median U / r_T | false PASS at r_T = 2.05 | "
-          "false FAIL at r_T = 5 | PASS rate at r_T = 1.2 |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for law in _laws():
-        for r in replicates:
-            sel = [row for row in rows if row[0] == law and row[1] == r]
-            heavy = np.array([row[4] for row in sel])
-            kmax = np.array([row[5] for row in sel])
-            for name, col, fail_col, may_pass in (("report", 2, 2, np.ones_like(heavy)), ("kcert", 3, 6, ~heavy)):
-                ratio = np.array([row[col] for row in sel])
-                fail_ratio = np.array([row[fail_col] for row in sel])
-                # the observed-K rule (max K > 10 is a FAIL) holds in both rules
-                fail5 = (fail_ratio > 10 / 5) | (kmax > 10 / 5)
-                print(f"| {law} | {r} | {name} | {np.mean(ratio >= 1):.1%} | {np.median(ratio):.2f} | "
-                      f"{np.mean((ratio <= 2 / 2.05) & may_pass & (kmax <= 10 / 2.05)):.3f} | {np.mean(fail5):.3f} | "
-                      f"{np.mean((ratio <= 2 / 1.2) & may_pass & (kmax <= 10 / 1.2)):.3f} |")
-    heavy_rate = {law: np.mean([row[4] for row in rows if row[0] == law]) for law in _laws()}
-    print("\nbounded tail rejected (tail_heavier_than_bounded): "
-          + ", ".join(f"{law} {rate:.1%}" for law, rate in heavy_rate.items()))
+        for law_a, law_b, rho in pairs:
+            truth = true_ratio(law_a, law_b)
+            for r in replicates:
+                rows = list(pool.map(_one, [(law_a, law_b, rho, r, i, seed, looks) for i in range(runs)], chunksize=4))
+                m = _rates(rows, truth)
+                dep = "independent" if rho == 0 else f"copula rho {rho:g}"
+                print(f"| {law_a} | {law_b} | {dep} | {r} | {m['coverage']:.2%} ({m['misses']}) | {m['median']:.2f} | "
+                      f"{m['false_pass']:.4f} | {m['false_fail']:.4f} | {m['pass_1']:.3f} | {m['pass_12']:.3f} | "
+                      f"{m['separate']:.2f} |", flush=True)
 
 
-def _stopping_run(args):
-    run, seed, rule = args
+def collect(names=REAL, replicates=2048):
+    """Certify the named controls once (seed 0) and keep their per-replicate errors in harm units."""
+    import kcert
+    from kcert.controls.registry import all_controls
+
+    controls = {c.name: c for c in all_controls()}
+    arrays = {}
+    for name in names:
+        cert = kcert.certify(controls[name].build(), replicates=replicates, max_replicates=replicates, seed=0,
+                             algebra_proof=False)
+        for v in cert.variance:
+            arrays[f"{name}|{v.output}|prod"] = v.error_prod / v.epsilon
+            arrays[f"{name}|{v.output}|ref"] = v.error_ref / v.epsilon
+        print(f"collected {name}: {[v.output for v in cert.variance]}", flush=True)
+    os.makedirs(os.path.dirname(DATA), exist_ok=True)
+    np.savez_compressed(DATA, **arrays)
+
+
+def _real_one(args):
+    key, r, run, seed, looks = args
     from kcert.certificate import VarianceThresholds
-    from kcert.gates.variance import interval_is_decisive, judge_amplification
-    from kcert.stats.tail import fit_tail
+    from kcert.gates.variance import judge_errors
 
-    scale = 2.05 / stats.expon.isf(1 / T)  # true r_T = 2.05: any PASS is false
-    rng = np.random.default_rng([seed, run, 7])
-    k = rng.exponential(scale, 1024 * 16)
-    if rule == "report":
-        for look in range(1, 17):
-            t = fit_tail(k[:1024 * look], T, bootstrap=200, seed=run)
-            lo, hi = t.return_level - 3 * t.standard_error, t.upper_bound
-            if all(not (lo <= x < hi) for x in (2.0, 10.0)) or look == 16:
-                return hi <= 2.0, look
-    thresholds = VarianceThresholds()
-    schedule = (1024, 2048, 4096) if rule == "kcert" else tuple(1024 * j for j in range(1, 17))
-    for i, n in enumerate(schedule):
-        v = judge_amplification(k[:n], T, thresholds, seed=run, planned_looks=len(schedule))
-        if interval_is_decisive(v) or i == len(schedule) - 1:
-            return v.verdict.value == "PASS", i + 1
+    data = np.load(DATA)
+    a, b = data[f"{key}|prod"], data[f"{key}|ref"]
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    rng = np.random.default_rng([seed, run, r, zlib.crc32(key.encode())])  # str hash() is salted per process
+    idx = rng.integers(0, a.size, r)
+    v = judge_errors(a[idx], b[idx], T, VarianceThresholds(bootstrap=2), seed=run, planned_looks=looks)
+    return v.verdict.value, v.upper_bound
 
 
-def stopping_table(runs: int, workers: int, seed: int):
-    print(f"\noptional stopping, exponential K with true r_T = 2.05 (PASS is false), {runs} runs, seed {seed}\n")
-    print("| rule | looks | false-PASS rate | mean looks |")
-    print("| --- | --- | --- | --- |")
-    for rule, looks in (("report", "1024 x 1..16, stop when r_T +- 3 se clears (se: 200 resamples)"),
-                        ("kcert", "1024, 2048, 4096, alpha/3 each"),
-                        ("kcert-16", "1024 x 1..16, alpha/16 each")):
-        with ProcessPoolExecutor(workers) as pool:
-            out = list(pool.map(_stopping_run, [(i, seed, rule) for i in range(runs)], chunksize=4))
-        print(f"| {rule} | {looks} | {np.mean([o[0] for o in out]):.3f} | {np.mean([o[1] for o in out]):.2f} |")
+def real_table(runs, workers, seed, looks, r=1024):
+    data = np.load(DATA)
+    keys = sorted({k.rsplit("|", 1)[0] for k in data.files})
+    print(f"\nreal kernel pairs, resampled in pairs with replacement: {runs} runs of R = {r}, alpha = 0.00135/{looks}\n")
+    print("| pair | output | prod median / max (harm ULP) | ref median / max | prod closer | PASS | WARN | FAIL | median U |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    with ProcessPoolExecutor(workers) as pool:
+        for key in keys:
+            a, b = data[f"{key}|prod"], data[f"{key}|ref"]
+            keep = np.isfinite(a) & np.isfinite(b)
+            a, b = a[keep], b[keep]
+            rows = list(pool.map(_real_one, [(key, r, i, seed, looks) for i in range(runs)], chunksize=4))
+            verdicts = [x[0] for x in rows]
+            us = [x[1] for x in rows if x[1] is not None]
+            name, output = key.split("|")
+            print(f"| {name} | {output} | {np.median(a):.2f} / {a.max():.2f} | {np.median(b):.2f} / {b.max():.2f} | "
+                  f"{np.mean(a < b):.2f} | {verdicts.count('PASS') / runs:.3f} | {verdicts.count('WARN') / runs:.3f} | "
+                  f"{verdicts.count('FAIL') / runs:.3f} | {np.median(us) if us else float('nan'):.2f} |", flush=True)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=400)
+    p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stopping", action="store_true", help="also run the optional-stopping study")
-    p.add_argument("--stopping-only", action="store_true")
+    p.add_argument("--looks", type=int, default=3, help="planned looks alpha is split over (the default run: 3)")
+    p.add_argument("--replicates", type=int, nargs="+", default=[1024, 4096])
+    p.add_argument("--laws", action="store_true", help="known laws, same law on both sides")
+    p.add_argument("--dependent", action="store_true", help="known laws through a copula with correlation 0.8")
+    p.add_argument("--mismatch", action="store_true", help="prod's law heavier in shape than ref's")
+    p.add_argument("--real", action="store_true", help="resampled real kernel pairs (needs --collect once)")
+    p.add_argument("--collect", action="store_true", help="certify the real pairs and save their errors")
     args = p.parse_args(argv)
-    started = time.perf_counter()
-    if not args.stopping_only:
-        coverage_table(args.runs, args.workers, args.seed)
-    if args.stopping or args.stopping_only:
-        stopping_table(args.runs, args.workers, args.seed)
-    print(f"\n{time.perf_counter() - started:.0f} s")
+    started = time.time()
+    if args.collect:
+        collect()
+    if args.laws:
+        laws_table(args.runs, args.workers, args.seed, args.looks, args.replicates,
+                   [(law, law, 0.0) for law in LAWS], "same law on both sides, independent")
+    if args.dependent:
+        laws_table(args.runs, args.workers, args.seed, args.looks, args.replicates,
+                   [(law, law, 0.8) for law in LAWS], "same law on both sides, copula correlation 0.8")
+    if args.mismatch:
+        laws_table(args.runs, args.workers, args.seed, args.looks, args.replicates,
+                   [(a, b, 0.0) for a, b in MISMATCH], "prod's law heavier in shape than ref's")
+    if args.real:
+        real_table(args.runs, args.workers, args.seed, args.looks)
+    print(f"\n{time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def one_thread():
 @pytest.fixture(autouse=True)
 def _seeded_torch():
     """Tests that draw with torch's global generator get the same draws whatever runs before
-    them: every test is deterministic (DESIGN.md convention 9). kcert itself never uses it."""
+    them: every test is deterministic (every test is deterministic). kcert itself never uses it."""
     import torch
 
     torch.manual_seed(0)

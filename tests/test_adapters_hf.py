@@ -89,12 +89,39 @@ def test_module_case_checks_shared_parameters():
     assert sorted(case.weights) == ["weight"]
 
 
+def test_a_compiled_module_is_accepted_and_runs_compiled_forward_and_backward():
+    """prod = torch.compile(M2): the OptimizedModule names its parameters ``_orig_mod.<name>``; the
+    case's weights still map onto them and the call goes through the compiled module."""
+    dynamo_utils = pytest.importorskip("torch._dynamo.utils")
+    x = {"x": kcert.Gaussian((1, 8, 64), shift=0.1)}
+    eager = LlamaRMSNorm(64, eps=1e-5)
+    compiled = torch.compile(LlamaRMSNorm(64, eps=1e-5), backend="aot_eager")
+    case = hf.module_case("compiled", eager, compiled, inputs=x)
+    assert sorted(case.weights) == ["weight"] and "torch.compile" in case.prod.name
+    before = dynamo_utils.counters["frames"]["ok"]
+    cert = kcert.certify(kcert.gradients(case), replicates=40, seed=0)  # the forward output, and gradients
+    assert dynamo_utils.counters["frames"]["ok"] > before  # the compiled module ran
+    assert any(n.startswith("torch.compile: dynamo compiled") for n in cert.notes)  # and the report says so
+    from kcert.report.html import render_html
+    from kcert.report.jsonio import to_dict
+
+    assert to_dict(cert)["notes"] == list(cert.notes) and "torch.compile: dynamo compiled" in render_html([cert])
+    assert [o.name for o in cert.outputs] == ["output", "grad_x", "grad_weight"]
+    assert cert.gates["algebra"] is Verdict.PASS and cert.gates["bias"] is Verdict.PASS
+    assert cert.verdict is not Verdict.FAIL
+    # a compiled module whose weights differ from the case's is still given the case's weights
+    inputs, _ = _draw(case)
+    with torch.no_grad():
+        compiled._orig_mod.weight.fill_(123.0)
+    assert torch.equal(case.prod(**inputs), case.ref(**inputs))
+
+
 def test_two_modules_of_one_convention_pass_and_of_two_conventions_fail():
     """A real negative through the adapter: Gemma's (1 + w) module vs Llama's w module on the same
     weights is an algebraic difference (Liger-Kernel #74 the other way round)."""
     x = {"x": kcert.Gaussian((1, 8, 64), shift=0.1)}
     same = hf.module_case("same", LlamaRMSNorm(64, eps=1e-5), LlamaRMSNorm(64, eps=1e-5), inputs=x)
-    cert = kcert.certify(same, replicates=64, seed=0)
+    cert = kcert.certify(same, replicates=100, seed=0)  # the gates' minimums for a PASS (kcert.gates.minimum)
     assert cert.verdict is Verdict.PASS
     mixed = hf.module_case("mixed", LlamaRMSNorm(64, eps=1e-6), GemmaRMSNorm(64, eps=1e-6), inputs=x)
     cert = kcert.certify(mixed, replicates=64, seed=0)

@@ -93,11 +93,23 @@ def test_no_cuda_no_interpreter_is_refused(nothing):
         kt.triton_case("none", N.rms_norm, fake_triton_rms_norm, dtype=torch.float32, **_case_kwargs())
 
 
-def test_algebra_gate_skips_a_triton_prod_and_the_other_gates_run(interpreter):
+def fake_triton_in_input_dtype(x, w, eps=N.LLAMA_EPS):
+    """A launch that computes in its input dtype (float64 inputs in float64), as a Triton kernel
+    without an explicit upcast does."""
+    x.data_ptr(), w.data_ptr()
+    y = torch.empty_like(x)
+    y.copy_(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w)
+    return y
+
+
+def test_float32_capped_triton_prod_gets_no_algebra_test_in_a_float32_case(interpreter):
+    # fake_triton_rms_norm computes float64 inputs in float32 (rms_norm upcasts with .float()): the
+    # ladder's float64 rung is saturated and float32 is the case's own precision: nothing resolved
     case = kt.triton_case("skip", N.rms_norm, fake_triton_rms_norm, dtype=torch.float32, **_case_kwargs())
     cert = kcert.certify(case, replicates=64, seed=0)
-    assert cert.gates["algebra"] is Verdict.SKIPPED
+    assert cert.gates["algebra"] is Verdict.SKIPPED and cert.algebra.level == "skipped"
     assert "prod cannot run in real mode" in cert.algebra.reason and "prod_math" in cert.algebra.reason
+    assert cert.algebra.ladder.accepted == ("float32", "float64")
     assert cert.gates["bias"] is Verdict.PASS  # the oracle comes from ref: bias and variance need nothing more
     assert cert.variance and cert.verdict is not Verdict.PASS  # SKIPPED is never a silent PASS
     with_math = kt.triton_case("math", N.rms_norm, fake_triton_rms_norm, dtype=torch.float32, prod_math=N.rms_norm,
@@ -109,3 +121,29 @@ def test_triton_prod_validates():
     with pytest.raises(TypeError, match="fn must be callable"):
         kt.triton_prod(3)
     assert kt.triton_prod(fake_triton_rms_norm).name == "fake_triton_rms_norm"
+
+
+def test_triton_prod_that_accepts_float64_gets_the_ladder_in_the_interpreter(interpreter):
+    case = kt.triton_case("ladder", N.rms_norm, fake_triton_in_input_dtype, dtype=torch.float32, **_case_kwargs())
+    cert = kcert.certify(case, replicates=128, seed=0)
+    assert cert.gates["algebra"] is Verdict.PASS and cert.algebra.level == "precision ladder"
+    assert cert.algebra.level_text == "precision ladder (float64 vs float32)"
+    assert cert.verdict is Verdict.PASS
+
+
+def test_on_cuda_the_ladder_runs_the_launch_at_low_precision_too(cuda):
+    # the device is mocked: the launch runs on the CPU, and nothing refuses bfloat16 outside the interpreter
+    case = kt.triton_case("gpu", N.rms_norm, fake_triton_rms_norm, dtype=torch.bfloat16, **_case_kwargs())
+    cert = kcert.certify(case, replicates=128, seed=0)
+    assert cert.algebra.ladder.accepted == ("bfloat16", "float32", "float64")
+    assert cert.algebra.level_text == "precision ladder (float32 vs bfloat16)"
+    assert cert.verdict is Verdict.PASS
+
+
+def test_interpreter_refusal_is_recorded_as_a_rung_not_used(interpreter):
+    case = kt.triton_case("declared", N.rms_norm, fake_triton_in_input_dtype, dtype=torch.float32,
+                          prod_precisions=(torch.bfloat16, torch.float32, torch.float64), **_case_kwargs())
+    cert = kcert.certify(case, replicates=64, seed=0)
+    rungs = {r.dtype: r for r in cert.algebra.ladder.rungs}
+    assert not rungs["bfloat16"].accepted and "TritonPrecisionError" in rungs["bfloat16"].reason
+    assert cert.gates["algebra"] is Verdict.PASS

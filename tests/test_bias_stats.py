@@ -94,13 +94,13 @@ def test_confidence_interval_contains_mean():
 
 
 def test_negligible_or_insignificant_prod_bias_is_not_prods_defect():
-    # significant prod-ref difference; prod's own bias 0.01 ULP (negligible: under c/10 = 0.025)
-    # and larger than ref's 0.005: PASS; at 0.05 ULP it is not negligible: WARN
-    r = _judge(1024, [0.015, 0.055], [0.01, 0.01], prod=np.array([0.01, 0.05]), ref=np.array([-0.005, -0.005]))
+    # significant prod-ref difference; prod's own bias 0.05 ULP (negligible: under c/4 = 0.0625)
+    # and larger than ref's 0.005: PASS; at 0.1 ULP it is not negligible: WARN
+    r = _judge(1024, [0.055, 0.105], [0.01, 0.01], prod=np.array([0.05, 0.1]), ref=np.array([-0.005, -0.005]))
     assert list(r.verdict) == [PASS, WARN]
-    # the same 0.05 ULP of prod's own, but not significant by itself: PASS
-    r = judge_buckets("raw", np.full(1, 1024), np.array([0.055]), np.array([0.01]), np.ones(1), BiasThresholds(), T,
-                      np.array([0.05]), np.array([-0.005]), prod_bias_z=np.array([1.5]))
+    # the same 0.1 ULP of prod's own, but not significant by itself: PASS
+    r = judge_buckets("raw", np.full(1, 1024), np.array([0.105]), np.array([0.01]), np.ones(1), BiasThresholds(), T,
+                      np.array([0.1]), np.array([-0.005]), prod_bias_z=np.array([1.5]))
     assert r.verdict[0] == PASS and r.reason[0] == ATTRIBUTED_TO_REF
 
 

@@ -1,10 +1,12 @@
 """Checkpoints: a run interrupted (Ctrl-C, a kernel that raises) and resumed gives the certificate
 of an uninterrupted run; a checkpoint of another run is refused, naming what differs."""
 
+import itertools
 import json
 
 import numpy as np
 import pytest
+import torch
 
 import kcert
 from kcert.cli import main
@@ -53,11 +55,13 @@ def test_interrupted_run_resumes_to_the_same_certificate(tmp_path, uninterrupted
 
 
 def test_kernel_error_keeps_what_was_computed(tmp_path, uninterrupted):
-    count = {"n": 0}
+    # the same kernel, which loses its device once (the call counter is state, not definition: an
+    # itertools.count is not part of the fingerprint, so the resumed run is accepted)
+    calls = itertools.count(1)
 
     def flaky(x, w):
-        count["n"] += 1
-        if count["n"] == 150:
+        # counts the replicates' calls only (bf16; the algebra gate calls it in float64 and float32)
+        if x.dtype == torch.bfloat16 and next(calls) == 150:
             raise RuntimeError("device lost")
         return bf16_rmsnorm(x, w)
 
@@ -66,7 +70,7 @@ def test_kernel_error_keeps_what_was_computed(tmp_path, uninterrupted):
         kcert.certify(make_case(flaky), R, seed=SEED, max_replicates=M, checkpoint=path)
     with np.load(path, allow_pickle=False) as data:
         assert json.loads(str(data["meta"]))["done"] == 149
-    resumed = kcert.certify(make_case(), R, seed=SEED, max_replicates=M, checkpoint=path, resume=True)
+    resumed = kcert.certify(make_case(flaky), R, seed=SEED, max_replicates=M, checkpoint=path, resume=True)
     assert report(resumed) == uninterrupted
 
 
@@ -98,8 +102,12 @@ def test_mismatching_checkpoint_is_refused_naming_what_differs(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         kcert.certify(make_case(), R, seed=SEED, checkpoint=tmp_path / "none.npz", resume=True)
     (tmp_path / "junk.npz").write_bytes(b"not a checkpoint")
-    with pytest.raises(CheckpointError, match="cannot be read"):
+    with pytest.raises(CheckpointError, match="is corrupt or not a kcert checkpoint") as info:
         kcert.certify(make_case(), R, seed=SEED, checkpoint=tmp_path / "junk.npz", resume=True)
+    assert "pickle" not in str(info.value)
+    (tmp_path / "zip.npz").write_bytes(b"PK\x03\x04 truncated zip")
+    with pytest.raises(CheckpointError, match="is corrupt or not a kcert checkpoint"):
+        kcert.certify(make_case(), R, seed=SEED, checkpoint=tmp_path / "zip.npz", resume=True)
 
 
 def test_parameter_errors():
@@ -135,3 +143,92 @@ def test_cli_checkpoint_resume_and_refusal(tmp_path, capsys):
         main(base + ["--resume"])
     assert exit_info.value.code == 2
     assert "--resume needs --checkpoint" in capsys.readouterr().err
+
+
+GAIN = 1.5
+
+
+def scaled(x, w):
+    return bf16_rmsnorm(x, w) * GAIN
+
+
+def test_a_changed_kernel_is_refused_naming_what_changed(tmp_path):
+    """Resuming after an edit of prod (a global it reads, its code, a weight of a module) is refused."""
+    global GAIN
+    path = tmp_path / "run.npz"
+    with pytest.raises(KeyboardInterrupt):
+        kcert.certify(make_case(scaled), R, seed=SEED, max_replicates=M, checkpoint=path, progress=interrupt_at(30))
+    GAIN = 1.51
+    try:
+        with pytest.raises(CheckpointError) as info:
+            kcert.certify(make_case(scaled), R, seed=SEED, max_replicates=M, checkpoint=path, resume=True)
+    finally:
+        GAIN = 1.5
+    assert "prod.globals.GAIN (was 1.5, now 1.51)" in str(info.value)
+
+    def edited(x, w):  # same name, other code
+        return bf16_rmsnorm(x, w) * 1.5 + 0
+
+    with pytest.raises(CheckpointError, match=r"prod.code \(was sha256:"):
+        kcert.certify(make_case(edited), R, seed=SEED, max_replicates=M, checkpoint=path, resume=True)
+    # unchanged: accepted
+    kcert.certify(make_case(scaled), R, seed=SEED, max_replicates=M, checkpoint=path, resume=True)
+
+
+def test_module_parameters_closures_and_probes_are_fingerprinted():
+    import torch
+
+    from kcert.execution.fingerprint import case_fingerprint, differences
+
+    lin = torch.nn.Linear(64, 64)
+
+    def build(scale, module, fixed):
+        def prod(x, w):
+            return module(bf16_rmsnorm(x, w).float()).to(x.dtype) * scale
+
+        case = make_case(prod)
+        return kcert.Case(name=case.name, ref=case.ref, prod=prod, inputs={**case.inputs, "m": kcert.Fixed(fixed)},
+                          weights=case.weights)
+
+    base = case_fingerprint(build(2.0, lin, torch.zeros(3)))
+    assert base == case_fingerprint(build(2.0, lin, torch.zeros(3)))  # equal inputs, equal fingerprint
+    assert any("closure.scale" in d for d in differences(base, case_fingerprint(build(3.0, lin, torch.zeros(3)))))
+    with torch.no_grad():
+        other = torch.nn.Linear(64, 64)
+        other.load_state_dict(lin.state_dict())
+        other.weight[0, 0] += 1e-3
+    changed = differences(base, case_fingerprint(build(2.0, other, torch.zeros(3))))
+    assert len(changed) == 1 and changed[0].startswith("prod.closure.module.parameter.weight (was float32[64, 64] sha256:")
+    assert any(d.startswith("inputs.m") for d in differences(base, case_fingerprint(build(2.0, lin, torch.ones(3)))))
+    compiled = case_fingerprint(build(2.0, torch.compile(lin), torch.zeros(3)))  # the same module, compiled
+    assert differences(base, compiled) == ["prod.closure.module.compiled (new)"]
+
+
+FINGERPRINT_CHILD = """
+import json, sys, torch, kcert
+from kcert.execution.fingerprint import case_fingerprint
+NAMES = {"alpha", "beta", "gamma"}
+SCALE = {"alpha": 1.0, "beta": 2.0}
+def prod(x, w):
+    if "beta" in {"alpha", "beta", "gamma"} and "alpha" in NAMES:
+        return x * w * SCALE["beta"]
+    return x
+torch.manual_seed(0)
+lin = torch.nn.Linear(4, 4)
+case = kcert.Case(name="c", ref=lambda x, w: x * w * 2, prod=prod, inputs={"x": kcert.Gaussian((2, 4))},
+                  weights={"w": kcert.Gaussian((4,))}, oracle=lambda x, w: lin(x) * 0 + x * w * 2)
+print(json.dumps(case_fingerprint(case), sort_keys=True))
+"""
+
+
+def test_the_fingerprint_is_the_same_in_another_process():
+    """A checkpoint is resumed by a new process: string hashing (set order) must not change it."""
+    import os
+    import subprocess
+    import sys
+
+    other = subprocess.run([sys.executable, "-c", FINGERPRINT_CHILD], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=str(hash("salt") % 1000 + 1))).stdout.strip()
+    here: list = []
+    exec(compile(FINGERPRINT_CHILD, "<string>", "exec"), {"__name__": "__main__", "print": here.append})
+    assert here[0] == other and "prod.globals.NAMES" in other  # this process's hash seed is another one

@@ -20,7 +20,7 @@ MEASURED = {
     "hf_gemma_rmsnorm_vs_catalogue": "PASS",
     "hf_rotary_llama2_vs_catalogue": "PASS",
     "hf_rotary_llama31_vs_catalogue": "PASS",
-    "hf_attention_eager_vs_sdpa": "WARN",
+    "hf_attention_eager_vs_sdpa": "PASS",
     "hf_mixtral_moe_vs_catalogue": "PASS",
     "hf_mixtral_experts_eager_vs_batched_mm": "PASS",
 }

@@ -18,7 +18,8 @@ def test_registry_has_the_full_suite_with_unique_names_and_sources():
     negatives = [c for c in controls if c.kind == "negative"]
     positives = [c for c in controls if c.kind == "positive"]
     assert len(negatives) >= 30 and len(positives) >= 35
-    forward = [c for c in controls if c.family not in ("backward", "framework")]
+    report = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss")  # the technical report's families
+    forward = [c for c in controls if c.family in report]
     assert sum(c.kind == "negative" for c in forward) == 30 and sum(c.kind == "positive" for c in forward) == 35
     for c in controls:
         assert c.source and c.doc and c.summary
@@ -43,6 +44,8 @@ class _FakeCert:
         self.verdict = verdict
         self.gates = {"algebra": Verdict.PASS, "bias": verdict, "variance": Verdict.PASS}
         self.bias = ()
+        self.bitwise = ()
+        self.accepted_skips = ()
 
 
 @pytest.mark.parametrize(
@@ -52,8 +55,9 @@ class _FakeCert:
         ([Verdict.FAIL] * 28 + [Verdict.PASS] * 2, [Verdict.PASS] * 35, False, ()),
         ([Verdict.WARN] * 30, [Verdict.PASS] * 34 + [Verdict.FAIL], False, ()),
         ([Verdict.FAIL] * 30, [Verdict.PASS] * 32 + [Verdict.WARN] * 3, False, ()),
-        # WARNs beyond the report's families are listed, not counted against its bar; FAILs are
-        ([Verdict.FAIL] * 30, [Verdict.PASS] * 33 + [Verdict.WARN] * 2, True, [Verdict.WARN] * 2),
+        # every family counts: two WARNs beyond the report's families on top of two within break the bar
+        ([Verdict.FAIL] * 30, [Verdict.PASS] * 33 + [Verdict.WARN] * 2, False, [Verdict.WARN] * 2),
+        ([Verdict.FAIL] * 30, [Verdict.PASS] * 35, True, [Verdict.WARN] * 2),
         ([Verdict.FAIL] * 30, [Verdict.PASS] * 35, False, [Verdict.FAIL]),
     ],
 )
@@ -87,3 +91,25 @@ def test_controls_command_rejects_unknown_names(capsys):
     assert main(["controls", "--family", "nope"]) == 2
     assert "is not a control family" in capsys.readouterr().err
     assert main(["controls", "--control", "nope"]) == 2
+
+
+def test_halves_are_fixed_by_the_name_and_both_hold_controls_of_each_kind():
+    import hashlib
+
+    controls = all_controls()
+    for c in controls:
+        assert c.half == ("tuning" if hashlib.sha256(c.name.encode()).digest()[0] % 2 == 0 else "validation")
+    for kind in ("negative", "positive"):
+        halves = {c.half for c in controls if c.kind == kind}
+        assert halves == {"tuning", "validation"}
+
+
+def test_a_bitwise_identical_positive_is_counted_as_a_sanity_check_not_null_evidence():
+    by_name = {c.name: c for c in all_controls()}
+    identical, differing = run_controls([by_name["rms_norm_builtin_vs_manual"],
+                                         by_name["single_rounding_prod_vs_hf_double"]], quick=True)
+    assert identical.differing_share == 0.0 and identical.evidence == "identical"
+    assert differing.differing_share > 0.1 and differing.evidence == "differs"
+    s = summarize([identical, differing])
+    assert s.positive_evidence == {"differs": 1, "near identical": 0, "identical": 1}
+    assert sum(h["positives"] for h in s.halves.values()) == 2

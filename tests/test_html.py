@@ -25,7 +25,8 @@ DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 @pytest.fixture(scope="module")
 def certs():
-    # the correct rewrite: all K = 0 (no tail fit); the bf16 gain: bias FAIL and a tail fit
+    # the correct rewrite: prod within one harm unit everywhere (no tail fit); the bf16 gain: bias FAIL
+    # and errors beyond the unit, so both tails are fitted
     fast = VarianceThresholds(bootstrap=200)
     return [kcert.certify(demo.correct, replicates=128, max_replicates=128, seed=0, variance_thresholds=fast),
             kcert.certify(demo.bf16_gain, replicates=256, max_replicates=256, seed=0, variance_thresholds=fast)]
@@ -43,26 +44,25 @@ def decode(png: bytes) -> np.ndarray:
 def test_sections_in_order(certs, page):
     assert page.startswith("<!doctype html>") and "<html>" in page
     good, bad = certs
-    assert bad.verdict is kcert.Verdict.FAIL and bad.variance[0].tail is not None
-    assert good.variance[0].tail is None
+    assert bad.verdict is kcert.Verdict.FAIL and bad.variance[0].interval is not None
+    assert good.variance[0].interval is None
     for name in (good.case, bad.case):
         assert name in page
     part = page[page.index(bad.case):]
     order = ["<th>gate</th>", "<h3>diagnostics</h3>", "<h4>bias gate", "buckets at WARN or above",
-             "<h4>variance gate", "<h4>tail diagnostics</h4>", 'alt="threshold stability"',
-             'alt="mean residual life"', 'alt="QQ plot"', 'alt="return level"', "<h3>probe and provenance</h3>",
-             "reproduce:"]
+             "<h4>variance gate", 'alt="error tails', "prod closer to the oracle in", 'alt="QQ plots"',
+             "the report's per-replicate ratio K", "<h3>probe and provenance</h3>", "reproduce:"]
     positions = [part.index(s) for s in order]
     assert positions == sorted(positions), order
-    # the case without a tail says so instead of plotting
+    # the case without a tail fit says why instead of plotting one
     first = page[: page.index(bad.case)]
-    assert "no tail fit" in first and "every finite K is 0" in first and "<h4>tail diagnostics" not in first
+    assert "no amplification to bound" in first and 'alt="QQ plots"' not in first
 
 
 def test_embedded_pngs_decode_and_are_not_blank(page):
     images = DATA_URI.findall(page)
-    # correct: bias + K histogram + L0 ULP distances; bf16_gain: the same + four tail diagnostics
-    assert len(images) == 10
+    # correct: bias + error tails + K histogram + L0 ULP distances; bf16_gain: the same + the tails' QQ plots
+    assert len(images) == 9
     for data in images:
         pixels = decode(base64.b64decode(data))
         assert pixels.shape[0] > 200 and pixels.shape[1] > 400
@@ -80,11 +80,11 @@ def test_self_contained(page):
 def test_plots_are_png_and_need_a_tail(certs):
     good, bad = certs
     assert plots.bias_effects(bad.bias[0]).startswith(b"\x89PNG")
-    assert plots.k_histogram(good.variance[0]).startswith(b"\x89PNG")
-    for fn in (plots.threshold_stability, plots.mean_residual_life, plots.qq, plots.return_levels):
-        assert fn(bad.variance[0]).startswith(b"\x89PNG")
-        with pytest.raises(ValueError, match="no tail fit"):
-            fn(good.variance[0])
+    for v in (good.variance[0], bad.variance[0]):
+        assert plots.k_histogram(v).startswith(b"\x89PNG") and plots.error_tails(v).startswith(b"\x89PNG")
+    assert plots.tail_qq(bad.variance[0]).startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="no tail fit"):
+        plots.tail_qq(good.variance[0])
 
 
 def test_import_kcert_does_not_import_matplotlib():

@@ -1,4 +1,4 @@
-"""DESIGN.md convention 1: statistics never import torch."""
+"""Layering: statistics never import torch."""
 
 import subprocess
 import sys

@@ -23,7 +23,7 @@ pytest_plugins = ["pytester"]
 HEAVY = ("torch", "numpy", "scipy", "matplotlib", "rich")
 
 # A case file that is also a test module: the Gemma (1 + w)-in-bf16 defect (a bias FAIL) and a correct
-# fused rewrite, on a small slice of the catalogue's Gemma contract so that 64 replicates take ~0.1 s.
+# fused rewrite, on a small slice of the catalogue's Gemma contract so that 100 replicates take ~0.2 s.
 CASES = """
 import kcert
 from kcert.catalog import norms as N
@@ -42,7 +42,7 @@ def test_bf16():
     kcert.assert_certified(gemma_bf16)
 """
 
-OPTIONS = ("--kcert-seed", "2", "--kcert-replicates", "64", "--kcert-report-dir", "reports")
+OPTIONS = ("--kcert-seed", "2", "--kcert-replicates", "100", "--kcert-report-dir", "reports")
 
 
 # Inner runs load kcert's plugin through its entry point but no other installed plugin: pytester drops
@@ -96,9 +96,10 @@ def test_options_become_defaults_and_reports_carry_them(pytester):
     assert report["verdict"] == "PASS"
     provenance = report["provenance"]
     assert provenance["seed"] == 2
-    # R = 64 planned; the variance gate may double it up to 4 R while its interval straddles a threshold
-    assert provenance["max_replicates"] == 256 and provenance["replicates"] in (64, 128, 256)
-    assert provenance["command"] == ("kcert certify test_gemma.py --case gemma_fused --replicates 64 "
+    # R = 100 planned (the variance gate's minimum for a PASS); it may double it up to 4 R while its
+    # interval straddles a threshold
+    assert provenance["max_replicates"] == 400 and provenance["replicates"] in (100, 200, 400)
+    assert provenance["command"] == ("kcert certify test_gemma.py --case gemma_fused --replicates 100 "
                                      "--horizon 625000 --seed 2")
     result.stdout.fnmatch_lines([f"kcert: 1 certificate report(s) written to {pytester.path / 'reports'}"])
 
@@ -107,13 +108,13 @@ def test_failure_shows_diagnosis_and_a_command_that_reproduces_it(pytester):
     pytester.makepyfile(test_gemma=CASES)
     result = run(pytester, "-k", "bf16", *OPTIONS)
     result.assert_outcomes(failed=1, deselected=1)
-    command = ("kcert certify test_gemma.py --case gemma_one_plus_w_bf16 --replicates 64 --horizon 625000 "
+    command = ("kcert certify test_gemma.py --case gemma_one_plus_w_bf16 --replicates 100 --horizon 625000 "
                "--seed 2")
     result.stdout.fnmatch_lines([
         "E *.NotCertified: kcert: case 'gemma_one_plus_w_bf16' is FAIL: blocks the migration",
         "E *bias FAIL: output: * of 128 buckets FAIL*worst [[]..., *] (sign_aligned): |prod| * |ref| by * ULP*",
         f"E *reproduce: {command}",
-        "E *rerun: pytest test_gemma.py::test_bf16 --kcert-seed 2 --kcert-replicates 64",
+        "E *rerun: pytest test_gemma.py::test_bf16 --kcert-seed 2 --kcert-replicates 100",
         f"E *report: {pytester.path / 'reports' / 'gemma_one_plus_w_bf16.json'}",
         "*kcert certificate 'gemma_one_plus_w_bf16': FAIL*",  # the terminal rendering, under the traceback
         "*verdict FAIL*",
@@ -132,21 +133,21 @@ def test_failure_shows_diagnosis_and_a_command_that_reproduces_it(pytester):
 
 
 def test_ini_values_are_defaults_and_the_command_line_wins(pytester):
-    pytester.makeini("[pytest]\nkcert_seed = 5\nkcert_replicates = 32\nkcert_report_dir = out\n")
+    pytester.makeini("[pytest]\nkcert_seed = 5\nkcert_replicates = 100\nkcert_report_dir = out\n")
     pytester.makepyfile(test_gemma=CASES)
     run(pytester, "-k", "fused").assert_outcomes(passed=1, deselected=1)
     provenance = json.loads((pytester.path / "out" / "gemma_fused.json").read_text())["provenance"]
-    assert (provenance["seed"], provenance["max_replicates"]) == (5, 128)
+    assert (provenance["seed"], provenance["max_replicates"]) == (5, 400)
     run(pytester, "-k", "fused", "--kcert-seed", "7").assert_outcomes(passed=1, deselected=1)
     provenance = json.loads((pytester.path / "out" / "gemma_fused.json").read_text())["provenance"]
-    assert (provenance["seed"], provenance["max_replicates"]) == (7, 128)
+    assert (provenance["seed"], provenance["max_replicates"]) == (7, 400)
 
 
 def test_an_argument_in_the_test_wins_over_the_session_option(pytester):
     pytester.makepyfile(test_seed=CASES + textwrap.dedent("""
         def test_explicit():
-            cert = kcert.assert_certified(gemma_fused, seed=11, replicates=32)
-            assert (cert.provenance.seed, cert.provenance.max_replicates) == (11, 128)
+            cert = kcert.assert_certified(gemma_fused, seed=11, replicates=100)
+            assert (cert.provenance.seed, cert.provenance.max_replicates) == (11, 400)
     """))
     run(pytester, "-k", "explicit", *OPTIONS).assert_outcomes(passed=1, deselected=2)
 
@@ -244,10 +245,10 @@ def test_entry_point_names_the_plugin_module():
 
 def test_returns_the_certificate_of_a_pass(tmp_path):
     case = small_gemma(gemma_rms_norm_folded, "gemma_fused")
-    cert = kcert.assert_certified(case, replicates=32, seed=1, report_dir=tmp_path / "new" / "dir", html=True)
+    cert = kcert.assert_certified(case, replicates=100, seed=1, report_dir=tmp_path / "new" / "dir", html=True)
     assert isinstance(cert, kcert.Certificate) and cert.verdict is kcert.Verdict.PASS
     assert "gemma_fused" in (tmp_path / "new" / "dir" / "gemma_fused.html").read_text()
-    kcert.assert_certified(case, replicates=32, seed=2, report_dir=tmp_path / "new" / "dir")
+    kcert.assert_certified(case, replicates=100, seed=2, report_dir=tmp_path / "new" / "dir")
     # two certificates of one case in one session do not overwrite each other
     seeds = {p.name: json.loads(p.read_text())["provenance"]["seed"] for p in (tmp_path / "new" / "dir").glob("*.json")}
     assert seeds == {"gemma_fused.json": 1, "gemma_fused-2.json": 2}

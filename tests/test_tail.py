@@ -6,7 +6,6 @@ import ast
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from kcert.stats.tail import (
 )
 
 TAIL_PY = Path(__file__).resolve().parents[1] / "src" / "kcert" / "stats" / "tail.py"
-HORIZON = 6.25e5  # METHOD.md's default T
+HORIZON = 6.25e5  # the default horizon T
 
 
 def gpd_sample(xi, n, seed, scale=1.0):
@@ -388,22 +387,6 @@ def test_tail_imports_only_numpy_scipy_and_stdlib():
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-
-
-def test_timing_report():
-    """Prints the cost (no assertion on time): run with -s to see it."""
-    y = gpd_sample(-0.2, 300, 50)
-    fit_gpd(y)
-    reps = 20
-    start = time.perf_counter()
-    for _ in range(reps):
-        fit_gpd(y)
-    fit_ms = (time.perf_counter() - start) / reps * 1e3
-    samples = y[bootstrap_indices(y.size, 1000, seed=0)]
-    start = time.perf_counter()
-    fit_gpd_batch(samples)
-    batch_ms = (time.perf_counter() - start) * 1e3
-    print(f"\nfit_gpd n=300: {fit_ms:.2f} ms; fit_gpd_batch 1000 x 300: {batch_ms:.0f} ms")
 
 
 # --------------------------------------------------------------------------------------------

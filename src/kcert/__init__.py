@@ -1,6 +1,6 @@
 """kcert: certify that a production kernel computes the same thing as its reference kernel.
 
-Three gates (METHOD.md): algebra (same real function), bias (no coherent difference that adds
+Three gates (docs/method.md): algebra (same real function), bias (no coherent difference that adds
 up over T steps), variance (no blow-up of the error tail against a float64 oracle).
 
 Names are imported lazily (PEP 562) so that ``import kcert.stats`` and the pytest plugin do not

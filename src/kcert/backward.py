@@ -1,4 +1,4 @@
-"""Backward certification: a case's gradients certified as a case of their own (METHOD.md section 7).
+"""Backward certification: a case's gradients certified as a case of their own (docs/method.md).
 
 :func:`gradients` turns a :class:`~kcert.Case` into a new case whose kernels return the forward
 outputs (optionally) and the gradients of those outputs with respect to the floating inputs and
@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover - older or newer torch
 
 __all__ = ["DEFAULT_COTANGENT_SHIFT", "DEFAULT_COTANGENT_STD", "gradients"]
 
-DEFAULT_COTANGENT_SHIFT = 0.1  # METHOD.md section 3: shifted probes keep multiplicative defects visible
+DEFAULT_COTANGENT_SHIFT = 0.1  # docs/method.md, "Gate 2": shifted probes keep multiplicative defects visible
 DEFAULT_COTANGENT_STD = 1.0
 
 CotangentSpec = Probe | Callable[[tuple[int, ...]], Probe]
@@ -383,4 +383,6 @@ def gradients(
         prod_math=wrap(case.prod_math, "prod_math"),
         output_names=(out_names if include_forward else ()) + grad_names,
         description=f"{case.description}; {text}" if case.description else text,
+        prod_precisions=case.prod_precisions,  # the precision ladder's rungs: the gradients run at them too
+        accept_untested_algebra=case.accept_untested_algebra,
     )

@@ -3,8 +3,8 @@ seeds, record the null distribution of the variance gate's U and of the bias gat
 say which thresholds the families' null samples support (issue 4, item 5; docs/calibration.md).
 
 Every positive control is a null draw: a WARN or FAIL it gets is a false alarm. Per output and
-seed this records U (the profile-likelihood upper bound of r_T), the r_T estimate, whether the
-bounded tail was rejected, the variance verdict, the bias gate's largest |z| and largest effect in
+seed this records U (the profile-likelihood upper bound of the tail ratio A_T), the A_T estimate, whether
+the shape test found prod's tail heavier, the variance verdict, the bias gate's largest |z| and largest effect in
 ULP (raw and sign-aligned, over all tested buckets and over the significant ones) and its verdict.
 The arithmetic of rates and proposals is pure (kcert.stats.calibration).
 """
@@ -51,12 +51,13 @@ class OutputSample:
     familywise_error_bound: float
     variance_verdict: str | None = None  # None: no oracle, the variance gate did not run
     upper_bound: float | None = None  # U; None when no tail was fitted
-    return_level: float | None = None  # the r_T estimate U bounds
-    bounded_rejected: bool = False  # the likelihood-ratio test rejected xi <= 0
+    return_level: float | None = None  # the A_T estimate U bounds (the tail ratio at the horizon)
+    shapes_differ: bool = False  # the shape test found prod's error tail heavier than ref's
     variance_structural: bool = False  # not PASS for a reason no WARN line removes
     max_k: float | None = None
     # the same moments judged without the oracle's attribution (what a case without an oracle gets)
     bias_verdict_no_attribution: str | None = None
+    differing_share: float | None = None  # share of the output's elements where prod differs from ref (L0)
 
     def to_dict(self) -> dict:
         return {k: number(v) if isinstance(v, float) else v for k, v in self.__dict__.items()}
@@ -74,10 +75,10 @@ def number(x):
 
 
 def structural_alarm(v: VarianceResult) -> bool:
-    """The verdict is above PASS whatever the WARN line: FAIL, K infinite or undefined, no tail fit
-    although K > 0, or a rejected bounded tail (PASS refused)."""
-    heavy = v.shape_test is not None and v.shape_test.rejects
-    return (v.verdict is Verdict.FAIL or v.n_infinite > 0 or v.n_undefined > 0 or heavy
+    """The verdict is above PASS whatever the WARN line: FAIL, an infinite or undefined tail ratio, too
+    few replicates for a PASS, or no tail fit although prod exceeds the slack."""
+    codes = {d.code for d in v.diagnostics}
+    return (v.verdict is Verdict.FAIL or bool(codes & {"infinite_ratio", "undefined_ratio", "too_few_replicates"})
             or (v.interval is None and v.verdict is not Verdict.PASS))
 
 
@@ -90,10 +91,20 @@ def _finite_max(values) -> float:
 def output_samples(family: str, control: str, seed: int, cert: Certificate) -> list[OutputSample]:
     """The calibration record of each output of one certificate."""
     variance = {v.output: v for v in cert.variance}
+    shares = {b.output: (1.0 - b.fraction_equal if b.elements else 1.0) for b in cert.bitwise}
     out = []
     for b in cert.bias:
-        out.append(_sample(family, control, seed, cert.provenance.replicates, b, variance.get(b.output)))
+        s = _sample(family, control, seed, cert.provenance.replicates, b, variance.get(b.output))
+        out.append(replace(s, differing_share=shares.get(b.output)))
     return out
+
+
+def is_null_evidence(s: OutputSample) -> bool:
+    """An output whose prod differs from ref in at least DIFFERS_SHARE of its elements: only such a
+    pair can raise a false alarm, so only it counts in a null rate (a bitwise-identical pair cannot)."""
+    from .controls.suite import DIFFERS_SHARE
+
+    return s.differing_share is not None and s.differing_share >= DIFFERS_SHARE
 
 
 def _sample(family, control, seed, replicates, b: BiasResult, v: VarianceResult | None) -> OutputSample:
@@ -123,7 +134,8 @@ def _sample(family, control, seed, replicates, b: BiasResult, v: VarianceResult 
         fields.update(
             variance_verdict=v.verdict.value, upper_bound=v.upper_bound,
             return_level=None if v.interval is None else float(v.interval.estimate),
-            bounded_rejected=bool(v.shape_test is not None and v.shape_test.rejects),
+            shapes_differ=bool(v.interval is not None and v.interval.heterogeneity is not None
+                               and v.interval.heterogeneity.rejects),
             variance_structural=structural_alarm(v),
             max_k=float(finite.max()) if finite.size else None,
         )
@@ -166,8 +178,8 @@ class FamilyCalibration:
         return max(self._values("return_level"), default=None)
 
     @property
-    def bounded_rejected(self) -> int:
-        return sum(s.bounded_rejected for s in self.judged)
+    def shapes_differ(self) -> int:
+        return sum(s.shapes_differ for s in self.judged)
 
     @property
     def max_abs_z(self) -> float:
@@ -193,7 +205,7 @@ class FamilyCalibration:
                 "u_median": number(self.u_median),
                 "u_max": number(self.u_max),
                 "return_level_max": number(self.return_level_max),
-                "bounded_rejected": self.bounded_rejected,
+                "shapes_differ": self.shapes_differ,
                 "warn_line": self.warn_line.to_dict(),
             },
             "bias": {
@@ -244,6 +256,7 @@ class Calibration:
     errors: tuple[str, ...] = ()
     wall_time_s: float = 0.0
     environment: dict = field(default_factory=dict)
+    excluded: tuple[OutputSample, ...] = ()  # outputs whose prod does not differ from ref: not null evidence
 
     @property
     def samples(self) -> list[OutputSample]:
@@ -262,6 +275,7 @@ class Calibration:
             "families": [f.to_dict() for f in self.families],
             "samples": [s.to_dict() for s in self.samples],
             "errors": list(self.errors),
+            "excluded": [s.to_dict() for s in self.excluded],
             "wall_time_s": self.wall_time_s,
             "environment": self.environment,
         }
@@ -293,7 +307,7 @@ def _select(family, controls) -> list:
     return positives
 
 
-def calibrate(family: str | Sequence[str] | None = None, seeds: int | Sequence[int] = 2, replicates: int | None = None,
+def calibrate(family: str | Sequence[str] | None = None, seeds: int | Sequence[int] = 5, replicates: int | None = None,
               quick: bool = False, *, controls: Sequence[str] | None = None, target: float = TARGET_RATE,
               ladder=LADDER, variance_thresholds: VarianceThresholds | None = None,
               bias_thresholds: BiasThresholds | None = None, algebra_points: int = 2,
@@ -304,7 +318,9 @@ def calibrate(family: str | Sequence[str] | None = None, seeds: int | Sequence[i
     each family's null sample against the thresholds. The algebra gate is not calibrated here: it
     runs at ``algebra_points`` points without the symbolic proof to save time.
     ``progress(control, seed, done, total)`` is called before each run. A control that raises a
-    KcertError is recorded in ``errors`` and the others go on."""
+    KcertError is recorded in ``errors`` and the others go on. Outputs whose prod is bitwise (or all but
+    bitwise) ref's cannot raise a false alarm: they are left out of the null rates and listed in
+    ``excluded`` (:func:`is_null_evidence`)."""
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         if seeds < 1:
             raise ParameterError(f"seeds must be a count >= 1 or a list of seeds, got {seeds!r}")
@@ -342,13 +358,15 @@ def calibrate(family: str | Sequence[str] | None = None, seeds: int | Sequence[i
                 environment = environment or cert.provenance.environment
                 samples[control.family] += output_samples(control.family, control.name, seed, cert)
             done += 1
+    excluded = tuple(s for f in samples for s in samples[f] if not is_null_evidence(s))
+    null = {f: [s for s in items if is_null_evidence(s)] for f, items in samples.items()}
     families = tuple(
-        summarise_family(f, [c.name for c in chosen if c.family == f], samples[f], variance_thresholds,
-                         bias_thresholds, ladder, target)
-        for f in samples
+        summarise_family(f, sorted({s.control for s in null[f]}), null[f], variance_thresholds, bias_thresholds,
+                         ladder, target)
+        for f in null if null[f]
     )
     return Calibration(families, seeds, replicates, quick, variance_thresholds, bias_thresholds, target,
-                       tuple(errors), time.perf_counter() - started, environment)
+                       tuple(errors), time.perf_counter() - started, environment, excluded)
 
 
 def _g(x, digits: int = 3) -> str:
@@ -374,13 +392,13 @@ def variance_rows(cal: Calibration) -> list[list[str]]:
             r = w.proposal_rate
             proposal = f"{w.proposal:g} ({r.alarms}/{r.n}" + (", the default holds)" if w.holds else ")")
         rows.append([f.family, str(len(f.controls)), str(len(f.judged)), _rate(f.variance_warn), _rate(f.variance_fail),
-                     _g(f.u_median), _g(f.u_max), _g(f.return_level_max), str(f.bounded_rejected),
+                     _g(f.u_median), _g(f.u_max), _g(f.return_level_max), str(f.shapes_differ),
                      str(w.structural.alarms), lines, proposal])
     return rows
 
 
-VARIANCE_HEADER = ["family", "controls", "outputs", "WARN at defaults", "FAIL", "U median", "U max", "r_T max",
-                   "bounded tail rejected", "WARN whatever the line", "other outputs with U above the line",
+VARIANCE_HEADER = ["family", "controls", "outputs", "WARN at defaults", "FAIL", "U median", "U max", "A_T max",
+                   "prod tail heavier", "WARN whatever the line", "other outputs with U above the line",
                    "proposed WARN line"]
 BIAS_HEADER = ["family", "outputs", "WARN at defaults", "FAIL", "max |z|", "max effect (ULP)",
                "max significant effect (ULP)", "c", "FAIL without attribution", "FWER bound per output"]
@@ -410,7 +428,7 @@ def control_rows(cal: Calibration) -> list[list[str]]:
 
             rows.append([f"`{name}`", f.family, str(len(ss)), verdicts("variance_verdict"), _g(max(us, default=None)),
                          _g(max((s.return_level for s in ss if s.return_level is not None), default=None)),
-                         str(sum(s.bounded_rejected for s in ss)), verdicts("bias_verdict"),
+                         str(sum(s.shapes_differ for s in ss)), verdicts("bias_verdict"),
                          verdicts("bias_verdict_no_attribution"),
                          _g(max(s.max_abs_z for s in ss)),
                          _g(max(max(s.max_effect_ulp_raw, s.max_effect_ulp_sign_aligned or 0.0) for s in ss)),
@@ -418,7 +436,7 @@ def control_rows(cal: Calibration) -> list[list[str]]:
     return rows
 
 
-CONTROL_HEADER = ["control", "family", "outputs x seeds", "variance", "U max", "r_T max", "bounded rejected",
+CONTROL_HEADER = ["control", "family", "outputs x seeds", "variance", "U max", "A_T max", "prod tail heavier",
                   "bias", "bias without attribution", "max |z|", "max effect (ULP)", "R (max)"]
 
 
@@ -448,11 +466,15 @@ def _markdown(cal: Calibration, command: str) -> str:
         + (f" on {env.get('cpu', '?')}, torch {env.get('versions', {}).get('torch', '?')}, "
            f"{env.get('torch_threads', '?')} thread(s)" if env else "") + ".",
         "",
+        (f"Only outputs whose prod differs from ref in at least 1 % of their elements count as null evidence; "
+         f"{len(cal.excluded)} output runs were left out as sanity checks (bitwise or all but bitwise identical): "
+         + (", ".join(sorted({f"{s.control}/{s.output}" for s in cal.excluded})) or "none") + "."),
+        "",
         (f"Variance gate (PASS <= {v.warn:g} < WARN <= {v.fail:g} < FAIL, U one-sided at 1 - {v.alpha:g}). "
         f"Rates are alarms/outputs (rate, one-sided 95 % upper bound); the proposal is the lowest line whose "
         f"null rate of U above it is <= {cal.target:.0%}, counted on the outputs a line can clear. \"WARN "
-        "whatever the line\" counts the others (bounded tail rejected, too few positive K for a fit, undefined "
-        "K, FAIL); the two add up to the WARN-or-worse count at a line."),
+        "whatever the line\" counts the others (too few positive errors for a fit, an infinite or undefined "
+        "tail ratio, FAIL); the two add up to the WARN-or-worse count at a line."),
         "",
         *_table(VARIANCE_HEADER, variance_rows(cal)),
         "",

@@ -59,8 +59,8 @@ class Probe:
 
 @dataclass(frozen=True)
 class Gaussian(Probe):
-    """Independent N(shift, std**2) entries. The default shift of 0 is symmetric: METHOD.md
-    section 3 recommends shift=0.1 so multiplicative defects of odd kernels stay visible."""
+    """Independent N(shift, std**2) entries. The default shift of 0 is symmetric: docs/method.md
+    (Gate 2) recommends shift=0.1 so multiplicative defects of odd kernels stay visible."""
 
     shape: tuple[int, ...]
     shift: float = 0.0
@@ -264,6 +264,22 @@ class Case:
     then evaluates several replicates per kernel call (batch size from ``certify(batch_memory=...)``);
     each replicate still draws from its own seed and is reduced on its own slice, so the
     certificate is the one an unbatched run gives, up to the kernels' own batch dependence.
+    dtypes_may_differ: declare that prod may return another dtype than ref (a float32 output where ref
+    returns bf16); without it a differing output dtype is an interface change and the bias gate WARNs.
+    prod_precisions: the precisions the algebra gate's precision ladder tries prod at when prod
+    cannot run in real mode (default: the working dtype, float32 and float64; each is tried, and a
+    precision prod refuses is left out). accept_untested_algebra: when no algebra test can run (an
+    opaque prod at one precision), let the verdict rest on the bias and variance gates instead of
+    WARN; the certificate states the limit (docs/verdicts.md).
+    training_dtype: the precision the training that consumes the outputs runs at (default: the case
+    dtype when it is bf16 or float16, else bf16); harm is judged in ULPs of the coarser of each output's
+    own format and this one, so a float32 output of a bf16 training is judged in bf16 ULPs.
+    shapes: a shape sweep (docs/kernelbench.md): the algebra gate and a short bias/variance run at other
+    shapes, after the full run at the declared ones; a FAIL at any of them FAILs the certificate. ``True``
+    derives the shapes from the probes (non-powers of two, a size-1 leading axis, row lengths past the
+    block sizes 64/128/256); or a sequence whose items are ``{probe name: shape}`` (Gaussian, Uniform and
+    Integers probes can be resized; sizes not named stay) or whole ``kcert.Case`` variants (other
+    kernels or probes at another size, e.g. a module rebuilt at another width). Default None: no sweep.
     """
 
     name: str
@@ -278,6 +294,11 @@ class Case:
     output_names: Sequence[str] | None = None
     description: str = ""
     independent_leading_axis: bool = False
+    dtypes_may_differ: bool = False
+    prod_precisions: Sequence[torch.dtype] | None = None
+    accept_untested_algebra: bool = False
+    training_dtype: torch.dtype | None = None
+    shapes: bool | Sequence[Mapping[str, Sequence[int]] | Case] | None = None
 
     def __post_init__(self):
         where = f"case {self.name!r}" if isinstance(self.name, str) else "case"
@@ -316,12 +337,79 @@ class Case:
                 raise CaseError(
                     f"{where}: buckets must be kcert.Axes(...) or kcert.Labels(fn) (or one per output), got {spec!r}"
                 )
+        if not isinstance(self.dtypes_may_differ, bool):
+            raise CaseError(f"{where}: dtypes_may_differ must be True or False, got {self.dtypes_may_differ!r}")
         if not isinstance(self.independent_leading_axis, bool):
             raise CaseError(
                 f"{where}: independent_leading_axis must be True or False, got {self.independent_leading_axis!r}"
             )
+        if self.prod_precisions is not None:
+            try:
+                precisions = tuple(self.prod_precisions)
+            except TypeError:
+                precisions = (self.prod_precisions,)
+            if not precisions or any(d not in _FLOATING for d in precisions):
+                names = ", ".join(str(d) for d in _FLOATING)
+                raise CaseError(f"{where}: prod_precisions must be a non-empty sequence of {names}, "
+                                f"got {self.prod_precisions!r}")
+            object.__setattr__(self, "prod_precisions", precisions)
+        if not isinstance(self.accept_untested_algebra, bool):
+            raise CaseError(
+                f"{where}: accept_untested_algebra must be True or False, got {self.accept_untested_algebra!r}"
+            )
+        if self.training_dtype is not None and self.training_dtype not in _FLOATING:
+            names = ", ".join(str(d) for d in _FLOATING)
+            raise CaseError(f"{where}: training_dtype must be None or one of {names}, got {self.training_dtype!r}")
         if self.output_names is not None and not all(isinstance(n, str) for n in self.output_names):
             raise CaseError(f"{where}: output_names must be strings, got {self.output_names!r}")
+        object.__setattr__(self, "shapes", self._checked_shapes(where))
+
+    def _checked_shapes(self, where: str):
+        """``shapes`` as None, True, or a tuple of ``{probe name: shape}`` dicts and ``Case`` variants."""
+        shapes = self.shapes
+        if shapes is None or shapes is False:
+            return None
+        if shapes is True:
+            return True
+        if isinstance(shapes, (str, bytes, Mapping)) or not isinstance(shapes, Sequence):
+            raise CaseError(f"{where}: shapes must be None, True or a sequence of {{probe name: shape}} dicts or "
+                            f"kcert.Case variants, got {type(shapes).__name__}")
+        if not shapes:
+            raise CaseError(f"{where}: shapes is an empty sequence; give None for no shape sweep")
+        probes = {**self.inputs, **self.weights}
+        out = []
+        for i, item in enumerate(shapes):
+            at = f"{where}: shapes[{i}]"
+            if isinstance(item, Case):
+                if item.shapes is not None:
+                    raise CaseError(f"{at}: a shape variant cannot declare a shape sweep of its own")
+                out.append(item)
+                continue
+            if not isinstance(item, Mapping) or not item:
+                raise CaseError(f"{at} must be a non-empty {{probe name: shape}} dict or a kcert.Case, got {item!r}")
+            sized = {}
+            for name, shape in item.items():
+                probe = probes.get(name)
+                if probe is None:
+                    raise CaseError(f"{at} names {name!r}, which is not an input or weight of the case "
+                                    f"(they are {sorted(probes)})")
+                if not isinstance(probe, (Gaussian, Uniform, Integers)):
+                    raise CaseError(f"{at}: {name!r} is a {type(probe).__name__} probe, which cannot be drawn at "
+                                    "another shape; give a kcert.Case variant instead")
+                sized[name] = _shape(shape, f"{at}[{name!r}]")
+            out.append(sized)
+        return tuple(out)
+
+    @property
+    def training_format(self) -> str:
+        """The precision the training that consumes the outputs runs at: ``training_dtype``, or by
+        default the case's dtype when it is a 16-bit format, else bfloat16 (kcert judges harm for
+        bf16 mixed-precision training unless told otherwise). Each output's harm unit is one ULP of
+        the coarser of its own format and this one (docs/method.md, "The harm scale")."""
+        dtype = self.training_dtype
+        if dtype is None:
+            dtype = self.dtype if self.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+        return str(dtype).removeprefix("torch.")
 
     def bucket_spec(self, output_index: int, n_outputs: int) -> BucketSpec:
         if isinstance(self.buckets, (list, tuple)):
@@ -350,5 +438,6 @@ class Case:
             "inputs": {k: p.describe() for k, p in self.inputs.items()},
             "weights": {k: p.describe() for k, p in self.weights.items()},
             "oracle": "given" if self.oracle is not None else "ref in real mode",
+            "training_dtype": self.training_format,
             "description": self.description,
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from .case import Case
@@ -12,7 +13,37 @@ from .errors import CaseError, CaseFileError
 
 
 def load_cases(path: str | Path, names: list[str] | None = None) -> list[Case]:
-    """Import ``path`` and return its module-level cases (all, or those named, in file order)."""
+    """Import ``path`` and return its cases (all, or those named, in the file's order).
+
+    Which objects are the file's cases (:func:`discover` also says how they were found): the names
+    in ``__all__`` when the file defines it, else a module-level ``cases`` list when there is one,
+    else every module-level ``kcert.Case`` (and every Case in a module-level list or tuple). A case
+    built only to derive another (``base = hf.rotary_case(...)``, then ``dataclasses.replace``) is
+    left out by listing the cases to certify in ``__all__`` or ``cases``."""
+    return list(discover(path, names).cases)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The cases a case file defines, those selected, and how they were found (``source``:
+    "__all__", "cases" or "module")."""
+
+    path: str
+    defined: tuple[Case, ...]
+    cases: tuple[Case, ...]
+    source: str
+
+    def describe(self) -> str:
+        several = len(self.defined) != 1
+        how = {"__all__": "listed in __all__", "cases": "listed in its `cases` list",
+               "module": "every module-level kcert.Case" + ("; list them in __all__ or `cases` to choose" * several)
+               }[self.source]
+        names = ", ".join(c.name for c in self.defined)
+        return f"{self.path}: {len(self.defined)} case{'s' * several} ({how}): {names}"
+
+
+def discover(path: str | Path, names: list[str] | None = None) -> Discovery:
+    """Import ``path``; its cases (see :func:`load_cases`) and the selection ``names``."""
     path = Path(path)
     if not path.is_file():
         raise CaseFileError(f"case file {str(path)!r} does not exist or is not a file")
@@ -36,12 +67,7 @@ def load_cases(path: str | Path, names: list[str] | None = None) -> list[Case]:
         ) from exc
     finally:
         sys.path.remove(str(path.resolve().parent))
-    cases: list[Case] = []
-    for value in vars(module).values():
-        if isinstance(value, Case) and all(value is not c for c in cases):
-            cases.append(value)
-        elif isinstance(value, (list, tuple)):
-            cases += [v for v in value if isinstance(v, Case) and all(v is not c for c in cases)]
+    cases, source = _declared_cases(module, path)
     if not cases:
         raise CaseFileError(f"case file {str(path)!r} defines no kcert.Case at module level")
     seen: dict[str, Case] = {}
@@ -50,11 +76,55 @@ def load_cases(path: str | Path, names: list[str] | None = None) -> list[Case]:
             raise CaseFileError(f"case file {str(path)!r} defines two cases named {c.name!r}")
         seen[c.name] = c
     if names:
+        names = list(dict.fromkeys(names))  # --case X --case X certifies X once
         missing = [n for n in names if n not in seen]
         if missing:
             raise CaseFileError(
                 f"case file {str(path)!r} has no case named {', '.join(map(repr, missing))}; "
                 f"it defines: {', '.join(seen)}"
             )
-        return [seen[n] for n in names]
-    return cases
+        return Discovery(str(path), tuple(cases), tuple(seen[n] for n in names), source)
+    return Discovery(str(path), tuple(cases), tuple(cases), source)
+
+
+def _cases_in(value) -> list[Case]:
+    if isinstance(value, Case):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, Case)]
+    return []
+
+
+def _unique(cases) -> list[Case]:
+    out: list[Case] = []
+    for c in cases:
+        if all(c is not o for o in out):
+            out.append(c)
+    return out
+
+
+def _declared_cases(module, path: Path) -> tuple[list[Case], str]:
+    """The module's cases and where they came from (see :func:`load_cases`)."""
+    where = f"case file {str(path)!r}"
+    namespace = vars(module)
+    if "__all__" in namespace:
+        exported = namespace["__all__"]
+        if not isinstance(exported, (list, tuple)) or not all(isinstance(n, str) for n in exported):
+            raise CaseFileError(f"{where}: __all__ must be a list of names, got {exported!r}")
+        missing = [n for n in exported if n not in namespace]
+        if missing:
+            raise CaseFileError(f"{where}: __all__ names {', '.join(map(repr, missing))}, which the file does not define")
+        cases = _unique(c for n in exported for c in _cases_in(namespace[n]))
+        if not cases:
+            raise CaseFileError(f"{where}: __all__ names no kcert.Case (nor a list of them)")
+        return cases, "__all__"
+    if "cases" in namespace:
+        listed = namespace["cases"]
+        if not isinstance(listed, (list, tuple)) or not listed or not all(isinstance(c, Case) for c in listed):
+            kinds = sorted({type(c).__name__ for c in listed}) if isinstance(listed, (list, tuple)) else \
+                type(listed).__name__
+            raise CaseFileError(f"{where}: the module-level `cases` must be a non-empty list of kcert.Case, "
+                                f"got {kinds}")
+        return _unique(listed), "cases"
+    cases = _unique(c for value in namespace.values() for c in _cases_in(value))
+    return cases, "module"

@@ -7,14 +7,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checks.results import AdequacyResult, PeerRulesResult, ShapeSweepResult
 from .diagnostics import Diagnostic
 from .errors import ParameterError
 from .stats import identity
 from .stats.bias import FAIL, REASON_TEXT, WARN, BiasThresholds, BucketTestResult
 from .stats.bitwise import BIN_LABELS, GrowthTest
-from .stats.profile import ReturnLevelInterval, ShapeTest
 from .stats.tail import TailFitResult
-from .verdict import Verdict, overall
+from .stats.tail_ratio import TailRatioInterval
+from .verdict import Verdict, combine
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,76 @@ class AlgebraProofResult:
 
 
 @dataclass(frozen=True)
+class LadderRungResult:
+    """One precision of the precision ladder (docs/method.md, Gate 1): whether prod accepted it (and
+    why not), and per output the relative error of prod and of ref against the float64 oracle."""
+
+    dtype: str
+    accepted: bool
+    reason: str = ""  # why prod's rung was refused or dropped
+    prod_error: tuple[float, ...] = ()
+    ref_error: tuple[float | None, ...] = ()  # None: ref did not run at this precision
+    output_dtypes: tuple[str, ...] = ()
+    ref_reason: str = ""  # why ref did not run at this precision
+
+
+@dataclass(frozen=True)
+class LadderOutputResult:
+    """The ladder's decision for one output. ``outcome``: "PASS", "FAIL", "WARN", "not resolved" (no
+    finer precision than the working one resolved a floor: no algebra test) or "not compared" (an
+    integer output). ``amplification`` is K, prod's error over the yardstick at the ``judged`` rung;
+    ``resolution`` the relative size below which an algebraic difference is not excluded."""
+
+    output: str
+    outcome: str
+    judged: str = ""
+    amplification: float = 0.0
+    resolution: float = 0.0
+    yardsticks: tuple[float, ...] = ()  # per accepted rung, in ladder order
+    error: float = 0.0  # prod's relative error against the oracle at the judged rung
+
+    @property
+    def verdict(self) -> Verdict:
+        return {"PASS": Verdict.PASS, "FAIL": Verdict.FAIL, "WARN": Verdict.WARN}.get(self.outcome, Verdict.SKIPPED)
+
+
+@dataclass(frozen=True)
+class LadderResult:
+    """The precision ladder: prod (and ref) run at every precision prod accepts on the same real
+    inputs, each compared with the float64 oracle (kcert.stats.ladder has the rule)."""
+
+    rungs: tuple[LadderRungResult, ...]  # every precision tried, coarse to fine
+    outputs: tuple[LadderOutputResult, ...]
+    oracle: str  # "ref in real mode" or "the given oracle"
+    grid: str  # every probe value is representable in this format (the coarsest accepted rung)
+    working_dtype: str
+    points: int
+    wide_points: int
+    rounding_multiple: float
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        return tuple(r.dtype for r in self.rungs if r.accepted)
+
+    @property
+    def text(self) -> str:
+        """"float32 vs bfloat16": the finest judged rung against the coarsest accepted one (against the
+        next rung when nothing finer than the coarsest was resolved); "bfloat16 alone" for one rung."""
+        accepted = self.accepted
+        if not accepted:
+            return "no precision accepted"
+        if len(accepted) == 1:
+            return f"{accepted[0]} alone"
+        judged = [o.judged for o in self.outputs if o.judged in accepted]
+        finest = max(judged, key=accepted.index) if judged else accepted[0]
+        return f"{finest} vs {accepted[0]}" if finest != accepted[0] else f"{accepted[0]} vs {accepted[1]}"
+
+
+@dataclass(frozen=True)
 class AlgebraResult:
     verdict: Verdict
     reason: str
-    level: str  # the evidence the verdict rests on: "proof", "identity test" or "skipped"
+    level: str  # the evidence the verdict rests on: "proof", "identity test", "precision ladder" or "skipped"
     points: int
     wide_points: int
     ref_side: str
@@ -66,6 +133,21 @@ class AlgebraResult:
     rounding_shrink: float = 2.0**19
     diagnostics: tuple[Diagnostic, ...] = ()
     proof: AlgebraProofResult | None = None  # None when the proof was not attempted
+    ladder: LadderResult | None = None  # the precision ladder, when real mode could not run prod
+    untested_accepted: bool = False  # SKIPPED and accepted by the user (Case/--accept-untested-algebra)
+    untested_limit: str = ""  # what an accepted untested algebra leaves untested
+
+    @property
+    def level_text(self) -> str:
+        """The evidence in words: "proof at shape ...", "identity test (real mode)", "precision ladder
+        (float32 vs bfloat16)", "none" (with "accepted" when the user accepted an untested algebra)."""
+        if self.level == "proof" and self.proof is not None:
+            return f"proof at shape {self.proof.shape_text}" if self.proof.shape else "proof"
+        if self.level == "identity test":
+            return "identity test (real mode)"
+        if self.level == "precision ladder" and self.ladder is not None:
+            return f"precision ladder ({self.ladder.text})"
+        return "none (accepted)" if self.untested_accepted else "none"
 
 
 @dataclass(frozen=True)
@@ -117,6 +199,8 @@ class BiasResult:
     oracle: bool  # an oracle was available (attribution possible under other thresholds)
     moments: dict  # row -> (count, mean, std) per bucket: the evidence, kept for rejudging
     diagnostics: tuple[Diagnostic, ...] = ()
+    dtypes_may_differ: bool = False  # the case declared that prod's output dtype may differ from ref's
+    harm_format: str = ""  # the format whose ULP the floor counts (docs/method.md, "The harm scale")
 
     @property
     def buckets(self) -> int:
@@ -175,16 +259,19 @@ class BiasResult:
 
 @dataclass(frozen=True)
 class VarianceThresholds:
-    """The variance verdict against the report's lines 2 and 10.
+    """The variance verdict against the report's lines 2 and 10, on the tail ratio A_T (prod's T-call
+    return level of its error, less ``slack`` harm units, over ref's).
 
-    PASS needs U <= warn; FAIL needs the estimate of r_T above ``fail``; anything else WARNs. A bound
+    PASS needs U <= warn; FAIL needs the estimate of A_T above ``fail``; anything else WARNs. A bound
     above ``fail`` with an estimate below it is a WARN: evidence of harm, not lack of data, blocks a
     migration (``fail_on="bound"`` restores the report's rule, FAIL when U > fail). U is the
-    profile-likelihood upper bound of r_T, one-sided at ``1 - alpha`` over the whole run (``alpha``
-    is split evenly over the planned looks); ``alpha = 0.00135`` is the report's 3 sigma. A bounded
-    tail (xi <= 0) is assumed unless a likelihood-ratio test rejects it at ``shape_test_level``
-    (then PASS is refused); the bootstrap (``bootstrap`` resamples) only feeds the report's rule,
-    shown beside U for comparison, and the plots' bands."""
+    profile-likelihood upper bound of A_T, one-sided at ``1 - alpha`` over the whole run (``alpha``
+    is split evenly over the planned looks); ``alpha = 0.00135`` is the report's 3 sigma. The two tails
+    share one shape unless a likelihood-ratio test finds prod's heavier at ``heterogeneity_level``; the
+    FAIL line judges the common-shape estimate of A_T unless that test's p is below
+    ``separate_fail_level`` (then the separate-shapes estimate).
+    ``threshold_quantile`` and ``min_exceedances`` place each side's threshold; ``bootstrap`` resamples
+    only feed the report's rule on K, shown beside U for comparison, and the plots' bands."""
 
     warn: float = 2.0
     fail: float = 10.0
@@ -192,8 +279,12 @@ class VarianceThresholds:
     min_exceedances: int = 10
     bootstrap: int = 1000
     alpha: float = 0.00135
-    shape_test_level: float = 0.25
-    fail_on: str = "estimate"  # FAIL when r_T's estimate (or, "bound": when U) exceeds ``fail``
+    heterogeneity_level: float = 0.05
+    fail_on: str = "estimate"  # FAIL when A_T's estimate (or, "bound": when U) exceeds ``fail``
+    slack: float = 1.0  # harm units prod may add to its error at no cost (the report's eps)
+    # FAIL judges the separate-shapes estimate only when the shapes differ beyond doubt (the heterogeneity
+    # test's p below this), else the common-shape one: separate fits extrapolate two free shapes
+    separate_fail_level: float = 0.001
 
     def __post_init__(self):
         if self.fail_on not in ("estimate", "bound"):
@@ -202,7 +293,8 @@ class VarianceThresholds:
 
 @dataclass(frozen=True)
 class VarianceResult:
-    """Gate 3 for one output."""
+    """Gate 3 for one output. The errors are kept per replicate, in their own units and in harm units
+    (one ULP of ``harm_format`` at the replicate's peak |oracle|, ``epsilon``)."""
 
     output: str
     dtype: str
@@ -210,19 +302,20 @@ class VarianceResult:
     reason: str
     thresholds: VarianceThresholds
     horizon: float
-    amplification: np.ndarray  # K per replicate (inf and nan kept), replicate order
+    amplification: np.ndarray  # the report's K per replicate (inf and nan kept), replicate order: comparison
     error_prod: np.ndarray  # E_prod per replicate
     error_ref: np.ndarray  # E_ref per replicate
-    epsilon: np.ndarray  # one true ULP at the peak of each replicate
-    tail: TailFitResult | None  # the report's fit (xi <= 0, exceedance bootstrap): plots, comparison
+    epsilon: np.ndarray  # the harm unit at the peak of each replicate
+    tail: TailFitResult | None  # the report's fit of K (xi <= 0, exceedance bootstrap): plots, comparison
     looks: tuple[int, ...]  # replicate counts at which the verdict was examined
     diagnostics: tuple[Diagnostic, ...] = ()
-    interval: ReturnLevelInterval | None = None  # the bound the verdict rests on
-    shape_test: ShapeTest | None = None
+    interval: TailRatioInterval | None = None  # the bound the verdict rests on
     stopping_rule: str = ""
-    threshold_stability: tuple[tuple[float, float], ...] = ()  # (quantile of positive K, r_T estimate)
-    confirmation: tuple[float, float] | None = None  # r_T estimates on the even and odd replicates
-    bounded_interval: ReturnLevelInterval | None = None  # xi <= 0 (equals interval unless the tail is heavy)
+    threshold_stability: tuple[tuple[float, float], ...] = ()  # (quantile of positive errors, A_T estimate)
+    confirmation: tuple[float, float] | None = None  # A_T estimates on the even and odd replicates
+    harm_format: str = ""
+    error_prod_units: np.ndarray | None = None  # E_prod / epsilon
+    error_ref_units: np.ndarray | None = None
 
     @property
     def replicates(self) -> int:
@@ -247,19 +340,54 @@ class VarianceResult:
 
     @property
     def upper_bound(self) -> float | None:
-        """U, the bound the verdict rests on (profile likelihood)."""
+        """U, the bound the verdict rests on (profile likelihood of the tail ratio A_T)."""
         return None if self.interval is None else self.interval.upper
 
     @property
+    def estimate(self) -> float | None:
+        """The maximum-likelihood estimate of the tail ratio A_T."""
+        return None if self.interval is None else self.interval.estimate
+
+    @property
     def report_upper_bound(self) -> float | None:
-        """The report's U = r_T + 3 se (xi clipped, exceedance bootstrap), for comparison only."""
+        """The report's U = r_T + 3 se on K (xi clipped, exceedance bootstrap), for comparison only."""
         return None if self.tail is None else self.tail.upper_bound
 
     def quantiles(self, levels=(0.5, 0.9, 0.99, 1.0)) -> dict[float, float]:
+        """Quantiles of the report's K (comparison)."""
         finite = self.amplification[np.isfinite(self.amplification)]
         if finite.size == 0:
             return {q: float("nan") for q in levels}
         return {q: float(np.quantile(finite, q)) for q in levels}
+
+    def error_summary(self, side: str, levels=(0.5, 0.99, 1.0)) -> dict[float, float]:
+        """Quantiles of prod's (``side="prod"``) or ref's error against the oracle, in harm ULPs."""
+        units = {"prod": self.error_prod_units, "ref": self.error_ref_units}[side]
+        if units is None:
+            units = (self.error_prod if side == "prod" else self.error_ref) / self.epsilon
+        finite = units[np.isfinite(units)]
+        if finite.size == 0:
+            return {q: float("nan") for q in levels}
+        return {q: float(np.quantile(finite, q)) for q in levels}
+
+    def _paired_errors(self) -> tuple[np.ndarray, np.ndarray]:
+        a, b = self.error_prod_units, self.error_ref_units
+        if a is None or b is None:
+            a, b = self.error_prod, self.error_ref
+        keep = np.isfinite(a) & np.isfinite(b)
+        return a[keep], b[keep]
+
+    @property
+    def prod_closer_share(self) -> float | None:
+        """The share of replicates in which prod's error is strictly smaller than ref's (ties are
+        neither side's: ``prod_tied_share``)."""
+        a, b = self._paired_errors()
+        return float(np.mean(a < b)) if a.size else None
+
+    @property
+    def prod_tied_share(self) -> float | None:
+        a, b = self._paired_errors()
+        return float(np.mean(a == b)) if a.size else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -350,6 +478,10 @@ class Certificate:
     description: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     bitwise: tuple[BitwiseResult, ...] = ()  # L0, informational: not part of gates or verdict
+    # checks around the gates (kcert.checks, docs/kernelbench.md): None when not run
+    adequacy: AdequacyResult | None = None  # fakes: one not FAILed (or a degenerate ref) holds a PASS at WARN
+    peer_rules: PeerRulesResult | None = None  # informational: what the common rules say on the same samples
+    shape_sweep: ShapeSweepResult | None = None  # a FAIL at a derived shape FAILs the certificate
 
     def gate_verdict(self, gate: str) -> Verdict:
         if gate == "algebra":
@@ -362,5 +494,18 @@ class Certificate:
         return {g: self.gate_verdict(g) for g in ("algebra", "bias", "variance")}
 
     @property
+    def accepted_skips(self) -> tuple[str, ...]:
+        """Gates whose SKIPPED the user accepted explicitly (an untested algebra, docs/verdicts.md)."""
+        return ("algebra",) if self.algebra.untested_accepted else ()
+
+    @property
     def verdict(self) -> Verdict:
-        return overall(self.gates.values())
+        """The gates' verdict (:func:`kcert.verdict.combine`), then the checks: a FAIL at a shape of the
+        sweep FAILs the certificate; a fake the certification does not FAIL, or a degenerate ref, holds a
+        PASS at WARN (docs/kernelbench.md). Peer rules never change it."""
+        verdict = combine(self.gates, self.accepted_skips)
+        if self.shape_sweep is not None and self.shape_sweep.failed:
+            return Verdict.FAIL
+        if verdict is Verdict.PASS and self.adequacy is not None and self.adequacy.blocks_pass:
+            return Verdict.WARN
+        return verdict

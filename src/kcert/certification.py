@@ -14,7 +14,7 @@ from .case import Case
 from .certificate import Certificate, OutputInfo, Provenance, VarianceThresholds
 from .errors import KcertError, KernelError, ParameterError
 from .execution import checkpoint as _ckpt
-from .execution import distributed, seeding
+from .execution import compiled, distributed, seeding
 from .execution.environment import describe_environment
 from .execution.runner import Runner
 from .gates.algebra import judge_algebra
@@ -22,6 +22,8 @@ from .gates.bias import judge_bias
 from .gates.bitwise import judge_bitwise
 from .gates.variance import interval_is_decisive, judge_variance
 from .stats.bias import BiasThresholds
+from .stats.ulp import harm_format
+from .verdict import Verdict
 
 DEFAULT_HORIZON = 6.25e5
 
@@ -61,6 +63,10 @@ def certify(
     checkpoint_every: int = 1024,
     checkpoint_seconds: float = 300.0,
     batch_memory: int | None = None,
+    accept_untested_algebra: bool = False,
+    adequacy: bool = False,
+    peer_rules: bool = True,
+    shapes: bool | None = None,
 ) -> Certificate:
     """Certify ``case``: algebra, bias and variance gates over ``replicates`` seeded replicates.
 
@@ -71,7 +77,16 @@ def certify(
     ``progress(done, planned)`` is called after each replicate. ``algebra_proof=False`` skips the
     algebra gate's symbolic proof (the identity test always runs). ``batch_memory``: bytes per
     batched kernel call when the case declares ``independent_leading_axis`` (default: 16 MiB on
-    CPU, 256 MiB on CUDA).
+    CPU, 256 MiB on CUDA). ``accept_untested_algebra``: when no algebra test can run (an opaque
+    prod at one precision), the verdict rests on the bias and variance gates and the certificate
+    states the limit (as ``Case(accept_untested_algebra=True)``; docs/verdicts.md).
+
+    Checks after the gates (docs/kernelbench.md): ``peer_rules`` (default on) re-runs the kernels on the
+    first 5 replicates' draws and records what torch.testing.assert_close, KernelBench's allclose,
+    FlashAttention's rule and torch._dynamo's ``same`` say (informational). ``shapes``: the shape sweep,
+    None as the case declares (``Case.shapes``), False never, True also derived for a case that declares
+    none; a FAIL at a swept shape FAILs the certificate. ``adequacy``: run the fixed fakes through the
+    same probes and gates; one that is not FAILed (or a degenerate ref) keeps the certificate from a PASS.
 
     ``checkpoint``: a file where the run's state is saved at the first block boundary after every
     ``checkpoint_every`` replicates or ``checkpoint_seconds`` seconds, at the end of the replicate
@@ -89,6 +104,13 @@ def certify(
         max_replicates = 4 * replicates
     _check_int("max_replicates", max_replicates, replicates)
     _check_int("algebra_points", algebra_points, 1)
+    for flag, value in (("adequacy", adequacy), ("peer_rules", peer_rules)):
+        if not isinstance(value, bool):
+            raise ParameterError(f"{flag} must be True or False, got {value!r}")
+    if shapes is not None and not isinstance(shapes, bool):
+        raise ParameterError(f"shapes must be None, True or False, got {shapes!r}")
+    if not isinstance(accept_untested_algebra, bool):
+        raise ParameterError(f"accept_untested_algebra must be True or False, got {accept_untested_algebra!r}")
     try:
         horizon = float(horizon)
     except (TypeError, ValueError):
@@ -114,6 +136,7 @@ def certify(
             raise ParameterError(f"checkpoint {checkpoint!r}: the folder {folder!r} does not exist")
 
     started = time.perf_counter()
+    compiled_before = compiled.frames_compiled()
     comm = distributed.current()
     runner = Runner(case, seed, dev, batch_memory=batch_memory)  # batch_memory: see Case.independent_leading_axis
     fp = _ckpt.fingerprint(case, seed, replicates, max_replicates, horizon, dev, bias_thresholds, variance_thresholds) \
@@ -134,6 +157,20 @@ def certify(
             progress(done, planned)
 
     saver = _Saver(checkpoint, fp, runner, comm, checkpoint_every, checkpoint_seconds)
+
+    def judge_all_bias(oracle: bool):
+        return tuple(judge_bias(acc, bias_thresholds, horizon, attribution=oracle,
+                                dtypes_may_differ=case.dtypes_may_differ,
+                                harm_format=harm_format(acc.layout.dtype_name, case.training_format))
+                     for acc in runner.accumulators)
+
+    def judge_algebra_gate():
+        return judge_algebra(case, runner.weights, seed, dev, points=algebra_points, wide_points=algebra_points,
+                             proof=algebra_proof, accept_untested=accept_untested_algebra,
+                             bias_floor_ulp=bias_thresholds.ulp_floor)
+
+    algebra = None
+    settled = None  # why more looks could not change the combined verdict
     try:
         while True:
             saver.looks, saver.target = looks, target
@@ -144,10 +181,20 @@ def certify(
             variance = tuple(
                 judge_variance(acc.layout.name, acc.layout.dtype_name, *acc.errors(), horizon, variance_thresholds,
                                seeding.derived_seed(seed, seeding.BOOTSTRAP, acc.layout.index), tuple(looks),
-                               planned_looks)
+                               planned_looks, harm_format=harm_format(acc.layout.dtype_name, case.training_format))
                 for acc in runner.accumulators
             ) if oracle else ()
             stop = not oracle or all(interval_is_decisive(v) for v in variance) or target >= max_replicates
+            if not stop:
+                # more replicates only serve the variance interval: once another gate FAILs, the
+                # combined verdict is FAIL whatever they show, and the run stops at this look
+                if any(b.verdict is Verdict.FAIL for b in judge_all_bias(oracle)):
+                    settled = "the bias gate FAILs"
+                else:
+                    algebra = algebra or judge_algebra_gate()
+                    if algebra.verdict is Verdict.FAIL:
+                        settled = "the algebra gate FAILs"
+                stop = settled is not None
             if comm.broadcast(stop):  # rank 0 decides for every rank
                 break
             target = next(n for n in schedule if n > target)  # the next planned look
@@ -162,11 +209,10 @@ def certify(
 
     if runner.accumulators is None:
         raise KernelError(f"case {case.name!r}: no replicate was computed")
-    bias = tuple(judge_bias(acc, bias_thresholds, horizon, attribution=oracle) for acc in runner.accumulators)
+    bias = judge_all_bias(oracle)
     bitwise = tuple(judge_bitwise(acc, runner.early_moments(i, len(acc.replicate)), bias_thresholds.z_star)
                     for i, acc in enumerate(runner.accumulators))  # L0: informational
-    algebra = judge_algebra(case, runner.weights, seed, dev, points=algebra_points, wide_points=algebra_points,
-                            proof=algebra_proof)
+    algebra = algebra or judge_algebra_gate()
 
     outputs = tuple(
         OutputInfo(
@@ -190,7 +236,7 @@ def certify(
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         wall_time_s=time.perf_counter() - started,
     )
-    return Certificate(
+    cert = Certificate(
         case=case.name,
         algebra=algebra,
         bias=bias,
@@ -200,7 +246,15 @@ def certify(
         variance_skipped_reason=None if oracle else f"no float64 oracle: {runner.oracle_unavailable}",
         description=case.description,
         bitwise=bitwise,
+        notes=tuple(n for n in (compiled.compile_note(compiled_before),
+                                (f"replicates stopped at the look of {looks[-1]}: {settled}, so more looks could not "
+                                 "change the verdict" if settled else None)) if n),
     )
+    from .checks.run import attach
+
+    return attach(cert, case, runner.weights, seed, dev, horizon, bias_thresholds, variance_thresholds,
+                  adequacy=adequacy, peer_rules=peer_rules, shapes=shapes,
+                  accept_untested_algebra=accept_untested_algebra)
 
 
 def look_schedule(replicates: int, max_replicates: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""Named diagnostics: each has a stable code, a meaning and a remedy (DESIGN.md convention 7)."""
+"""Named diagnostics: each has a stable code, a meaning and a remedy (every diagnostic has a stable code, a meaning and a remedy)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ CATALOGUE = {
     "low_power": (
         "the replicate budget cannot detect a bias at the harm boundary of the declared horizon",
         "raise --replicates towards the number quoted, or read PASS as covering only the horizon quoted",
+    ),
+    "too_few_replicates": (
+        "the run has fewer replicates than the gate needs before it may PASS (docs/verdicts.md): it WARNs instead",
+        "raise --replicates to at least the minimum quoted (the default is 1024)",
     ),
     "zero_variance_bucket": (
         "some buckets have identical differences in every replicate: judged by the ULP floor alone",
@@ -43,31 +47,31 @@ CATALOGUE = {
         "check the probe is in the reference's domain; review the reference kernel",
     ),
     "few_exceedances": (
-        "too few positive K to fit a tail model",
-        "raise --replicates; the verdict rests on the observed K alone",
+        "too few positive errors on a side to fit a tail model",
+        "raise --replicates; the verdict rests on the observed errors alone",
     ),
     "threshold_lowered": (
-        "the 0.90 quantile of the positive K left too few exceedances; the tail threshold was lowered",
-        "raise --replicates so the report's 0.90 threshold keeps enough exceedances",
+        "the 0.90 quantile of a side's positive errors left too few exceedances; its threshold was lowered",
+        "raise --replicates so the 0.90 threshold keeps enough exceedances",
     ),
-    "tail_heavier_than_bounded": (
-        "a likelihood-ratio test rejects a bounded tail (xi <= 0): U is the free-xi bound and the verdict is "
-        "at best WARN",
+    "tail_heavier_than_ref": (
+        "a likelihood-ratio test finds prod's error tail heavier in shape than ref's: the two tails are not "
+        "compared under one shape, each side has its own, and U is wider",
         "look for a denominator that can approach zero (cancellation, a max/sum near 0) or a data-dependent "
-        "branch; more replicates sharpen the free-xi bound",
+        "branch in prod; more replicates sharpen both shapes",
     ),
     "unstable_threshold": (
-        "the return level moves more than the bound's own width when u moves from the 0.85 to the 0.95 "
-        "quantile of the positive K: the GPD does not describe the tail at these thresholds",
-        "raise --replicates (the threshold settles as exceedances grow); read U as model-dependent",
+        "the tail ratio moves more than the bound's own width when the thresholds move from the 0.85 to the "
+        "0.95 quantile of the positive errors: the GPD does not describe the tails at these thresholds",
+        "raise --replicates (the thresholds settle as exceedances grow); read U as model-dependent",
     ),
     "fail_not_confirmed": (
         "the FAIL is not reproduced on half the data: on the even or the odd replicates alone (two "
-        "independent halves) the return level estimate is at or below the FAIL line",
+        "independent halves) the tail ratio estimate is at or below the FAIL line",
         "rerun with --max-replicates raised (or another --seed) before acting on this FAIL",
     ),
     "tied_exceedances": (
-        "many exceedances are tied (quantised errors); ties pull the GPD fit towards xi = -1, a short tail",
+        "many exceedances of a side are tied (quantised errors); ties pull the GPD fit towards xi = -1, a short tail",
         "read U as resting on a coarse tail; more replicates or a finer output dtype spread the ties",
     ),
     "horizon_too_short": (
@@ -75,12 +79,18 @@ CATALOGUE = {
         "nothing to do unless the horizon is wrong",
     ),
     "undefined_ratio": (
-        "prod and ref are both non-finite against a finite oracle in some replicates: K is undefined",
+        "prod and ref are both non-finite against a finite oracle in some replicates: no error to compare",
         "both kernels overflow on this probe; check the probe's scale",
     ),
     "infinite_ratio": (
-        "ref matches the oracle exactly where prod does not (K = inf) in some replicates",
+        "prod's error is non-finite where ref's is finite, or ref matches the oracle exactly in every replicate "
+        "where prod does not: the tail ratio is infinite",
         "reproduce with the replicate's seed and compare prod to the oracle element-wise",
+    ),
+    "nonfinite_ref_error": (
+        "ref's error is non-finite where prod's is finite in some replicates: they are left out of the tail "
+        "comparison (the bias gate reports the broken reference)",
+        "check the probe is in the reference's domain",
     ),
     "oracle_unavailable": (
         "no float64 oracle: ref cannot run in real mode and no oracle was given",
@@ -98,6 +108,25 @@ CATALOGUE = {
         "the symbolic proof at a small shape and the identity test at the probe shape disagree: the kernels "
         "compute different things at the two shapes (a size-dependent code path or a size closed over)",
         "read the kernels for branches on sizes, tiles or chunks; certify with probes at production shapes",
+    ),
+    "fakes_not_rejected": (
+        "the adequacy check ran fake kernels (zeros, a constant, the input passed through, a stale output, ref "
+        "rounded to a coarser format, ref of a fresh input) through the same probes and gates, and the "
+        "certification does not FAIL these: it cannot tell them from a correct kernel, so it may not PASS",
+        "widen the probe so it reaches what the fake gets wrong (signed inputs, the values the op changes), or "
+        "judge harm in a finer format (Case(training_dtype=...)); docs/kernelbench.md",
+    ),
+    "degenerate_problem": (
+        "ref itself is degenerate on this probe: constant, or independent of an input; any kernel that "
+        "returns that constant, or ignores that input, is indistinguishable from it",
+        "fix the problem (a reference that outputs the same thing for every input certifies nothing), or "
+        "draw inputs that reach its non-constant part",
+    ),
+    "shape_sweep_fail": (
+        "the certification FAILs at shapes derived from the given one (non-powers of two, ragged tails, size-1 "
+        "axes, lengths past block sizes), though not necessarily at the given shape: a defect that hides at it",
+        "reproduce at the shape named (kcert certify with probes at that shape) and look for tile, block or "
+        "mask logic that depends on the size",
     ),
 }
 

@@ -43,3 +43,12 @@ def overall(gate_verdicts) -> Verdict:
     otherwise WARN (a WARN or a SKIPPED gate needs review)."""
     worst = Verdict.worst(gate_verdicts)
     return Verdict.WARN if worst is Verdict.SKIPPED else worst
+
+
+def combine(gates, accepted=()) -> Verdict:
+    """:func:`overall` over a mapping gate name -> verdict, leaving out a gate named in ``accepted``
+    when it is SKIPPED: a skip the user accepted explicitly (``Case(accept_untested_algebra=True)``,
+    ``kcert certify --accept-untested-algebra``) does not hold the verdict at WARN; every other rule
+    of :func:`overall` stands (a FAIL still fails; the accepted gate's own WARN or FAIL still counts)."""
+    accepted = set(accepted)
+    return overall(v for g, v in gates.items() if not (g in accepted and v is Verdict.SKIPPED))

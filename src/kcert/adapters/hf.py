@@ -112,6 +112,17 @@ def _trained_like(name: str, p: torch.Tensor) -> Probe:
     return trained_weights(shape, std=fan_in ** -0.5, large_fraction=0.01, large_scale=10.0)
 
 
+def _root(module: nn.Module) -> nn.Module:
+    """The module whose parameters are the kernel's: the wrapped one of a ``torch.compile``d module
+    (an ``OptimizedModule`` names them ``_orig_mod.<name>``), else ``module`` itself."""
+    inner = getattr(module, "_orig_mod", None)
+    return inner if isinstance(inner, nn.Module) and inner is not module else module
+
+
+def _prefix(module: nn.Module) -> str:
+    return "_orig_mod." if _root(module) is not module else ""
+
+
 def module_weights(module: nn.Module, mode: str = "draw", *, dtype: torch.dtype = torch.bfloat16) -> dict[str, Probe]:
     """kcert weight probes for every parameter of ``module``, keyed by :func:`param_key`.
 
@@ -123,7 +134,7 @@ def module_weights(module: nn.Module, mode: str = "draw", *, dtype: torch.dtype 
     if not isinstance(module, nn.Module):
         raise CaseError(f"module_weights: module must be a torch.nn.Module, got {type(module).__name__}")
     out: dict[str, Probe] = {}
-    for name, p in module.named_parameters():
+    for name, p in _root(module).named_parameters():
         if mode == "copy":
             value = p.detach().to(dtype).clone()
             if not bool(torch.isfinite(value).all()):
@@ -193,7 +204,7 @@ class ModuleKernel:
             raise TypeError(f"{self.name}: takes arguments {sorted(expected)}; missing {missing}, unexpected {extra}")
         kwargs = {k: _in_mode(v) for k, v in kwargs.items()}
         state = dict(self.parameters({k: kwargs[k] for k in self.weights}))
-        own = dict(self.module.named_parameters())
+        own = dict(_root(self.module).named_parameters())
         if set(state) != set(own):
             raise KernelError(
                 f"{self.name}: the parameter map gives {sorted(state)} but the module has parameters {sorted(own)}"
@@ -210,6 +221,8 @@ class ModuleKernel:
         if self.buffers is not None:
             state.update(self.buffers(self.module, inputs))
         args, kw = self.prepare(**inputs)
+        prefix = _prefix(self.module)  # a compiled module is called as itself, so it runs compiled
+        state = {prefix + k: v for k, v in state.items()}
         return _select(functional_call(self.module, state, args, kw), self.output, self.name)
 
 
@@ -227,8 +240,8 @@ def module_kernel(module: nn.Module, *, inputs: Sequence[str] | Mapping[str, str
     with ``prepare(**inputs) -> (args, kwargs)`` for forwards that need more (masks, cos/sin)."""
     if not isinstance(module, nn.Module):
         raise CaseError(f"module_kernel: module must be a torch.nn.Module, got {type(module).__name__}")
-    label = name or type(module).__name__
-    own = [n for n, _ in module.named_parameters()]
+    label = name or type(_root(module)).__name__
+    own = [n for n, _ in _root(module).named_parameters()]
     if params is None:
         mapping = {param_key(n): n for n in own}
     elif isinstance(params, Mapping):
@@ -274,7 +287,9 @@ def _keywords(names: dict[str, str], **x):
 
 def _as_kernel(kernel, inputs: Mapping[str, Probe], output, role: str):
     if isinstance(kernel, nn.Module):
-        return module_kernel(kernel, inputs=tuple(inputs), output=output, name=f"{role} {type(kernel).__name__}")
+        compiled = " (torch.compile)" if _root(kernel) is not kernel else ""
+        return module_kernel(kernel, inputs=tuple(inputs), output=output,
+                             name=f"{role} {type(_root(kernel)).__name__}{compiled}")
     if callable(kernel):
         return kernel
     raise CaseError(f"module_case: {role} must be an nn.Module, a ModuleKernel or a callable, got {type(kernel).__name__}")
@@ -300,9 +315,9 @@ def module_case(name: str, ref, prod, *, inputs: Mapping[str, Probe], weights: s
         if not modules:
             raise CaseError(f"{where}: weights={weights!r} needs an nn.Module as ref or prod; pass a dict of probes")
         probes = module_weights(modules[0].module, weights, dtype=dtype)
-        shapes = {param_key(n): tuple(p.shape) for n, p in modules[0].module.named_parameters()}
+        shapes = {param_key(n): tuple(p.shape) for n, p in _root(modules[0].module).named_parameters()}
         for k in modules[1:]:
-            other = {param_key(n): tuple(p.shape) for n, p in k.module.named_parameters()}
+            other = {param_key(n): tuple(p.shape) for n, p in _root(k.module).named_parameters()}
             if other != shapes:
                 diff = sorted(set(other.items()) ^ set(shapes.items()))[:4]
                 raise CaseError(f"{where}: ref and prod modules have different parameters (first differences {diff}); "

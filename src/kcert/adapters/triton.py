@@ -3,10 +3,14 @@
 On a CUDA device a Triton kernel is an ordinary prod: wrap its launch in a function that takes the
 probes as keyword arguments, allocates its output and returns it, and certify with
 ``kcert.certify(case, device="cuda")``. The oracle comes from ref (real mode), so the bias and
-variance gates need nothing more. The algebra gate evaluates prod in real mode too, which a Triton
-launch cannot follow (it reads ``data_ptr``, or in the interpreter ``numpy()``): the gate reports
-SKIPPED with that reason unless the case carries a ``prod_math`` (the kernel's math written in
-torch), never a silent PASS.
+variance gates need nothing more. Real mode cannot follow a Triton launch (it reads ``data_ptr``,
+or in the interpreter ``numpy()``), so the algebra gate runs the precision ladder instead
+(docs/method.md): the launch is called with the probes in the working dtype, float32 and float64
+(``Case(prod_precisions=...)`` to choose), a precision it refuses (an exception, or an output coarser
+than its inputs) is left out, and prod's error against the float64 oracle must fall like rounding. A
+launch that accepts float32 tensors gets an algebra test this way; one that accepts a single
+precision gets none (SKIPPED, never a silent PASS) unless the case gives a ``prod_math`` (the
+kernel's math written in torch) or accepts the untested algebra explicitly.
 
 On CPU, Triton runs only in its interpreter (``TRITON_INTERPRET=1``), which emulates the kernel
 with numpy. Measured here with triton 3.6.0: bfloat16 arithmetic operates on the raw 16-bit
@@ -116,7 +120,8 @@ def triton_case(name: str, ref: Callable[..., Any], prod: Callable[..., Any], *,
     """A :class:`kcert.Case` with a Triton prod. Refuses what this machine cannot run faithfully
     (see :func:`check_precision`); in the interpreter the description records that the run is a
     float32 CPU emulation. ``prod_math``: the kernel's real-number definition in torch, for the
-    algebra gate (without it that gate is SKIPPED: a Triton launch cannot run in real mode)."""
+    algebra gate's identity test (without it that gate runs the precision ladder: a Triton launch
+    cannot run in real mode; in the interpreter the ladder's rungs are float32 and float64)."""
     mode = check_precision(dtype, where=f"triton_case({name!r})")
     notes = [description] if description else []
     if mode == "interpreter":

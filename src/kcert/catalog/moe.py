@@ -33,7 +33,7 @@ the float64 oracle element-wise. Two rules keep a correct kernel from failing fo
   the model routes on bf16 logits. In real mode that GEMM becomes float64 and the oracle would
   route tokens differently from the model it defines (0.23% of tokens for the Mixtral layer
   contract here: 8 experts, top-2, a flip in ~1 replicate in 4); :func:`router_logits_model_dtype`
-  keeps the bf16 rounding inside the oracle with :func:`kcert.semantic_round` (METHOD.md 8).
+  keeps the bf16 rounding inside the oracle with :func:`kcert.semantic_round` (docs/method.md, "Gate 2").
 
 Router logits given directly as a bf16 probe (vLLM's ``gating_output``) are exact values shared by
 ref, prod and the oracle: a softmax or sigmoid preserves their order and their exact ties in any

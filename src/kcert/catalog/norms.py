@@ -19,12 +19,12 @@ stated on each function:
 Bucket axis: the feature channel (``Axes(-1)``). A norm's defects localise there: a per-channel
 gain (``w``, ``1 + w``) is applied per channel, so a gain error has a fixed sign on its channel.
 Row-coherent defects (one wrong statistic per row) change sign from row to row and average out of a
-channel mean (METHOD.md section 8); only the variance gate can see them, once they exceed its one-ULP
+channel mean (docs/method.md, "Gate 2"); only the variance gate can see them, once they exceed its one-ULP
 slack. The contracts offer the production triggers that make them larger: outlier channels and a
 common mean offset.
 
 Probe contract parameters (every builder accepts all of them and ignores the ones it does not use):
-``shape`` (batch, seq, hidden), ``shift`` (the symmetry-breaking mean, METHOD.md section 3: 0.1),
+``shape`` (batch, seq, hidden), ``shift`` (the symmetry-breaking mean, docs/method.md, "Gate 2": 0.1),
 ``scale`` (a common factor on the activations: x1000 stresses the range), ``outliers`` (number of
 outlier channels), ``outlier_scale`` (their magnitude against the other channels), ``offset`` (a
 common mean offset of every activation, for LayerNorm), ``gains_kind`` ("llama", "llama_narrow",
@@ -46,7 +46,7 @@ LAYERNORM_EPS = 1e-5  # nn.LayerNorm default (GPT-2, BERT use 1e-5 / 1e-12)
 
 HIDDEN = 512
 SHAPE = (1, 64, HIDDEN)  # (batch, sequence, hidden): 64 rows of a production hidden state
-SHIFT = 0.1  # METHOD.md section 3
+SHIFT = 0.1  # docs/method.md, "Gate 2"
 OUTLIERS = 4  # outlier feature channels (LLM.int8(): a handful per model, at fixed dimensions)
 OUTLIER_SCALE = 30.0  # their magnitude against the typical channel (20x-100x in LLMs)
 MASSIVE_OUTLIER_SCALE = 100.0  # "massive activations" of deep layers (Sun et al. 2024 report 10^2-10^4x)

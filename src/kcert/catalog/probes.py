@@ -1,4 +1,4 @@
-"""Probe builders for triggers a plain Gaussian misses (METHOD.md section 8): outlier channels of
+"""Probe builders for triggers a plain Gaussian misses (docs/method.md, "Gate 2"): outlier channels of
 real activations, trained-like weights with tiny and large values, near-tied logits, positions
 far beyond the trained context. Each returns a :class:`kcert.Custom` or plain probe."""
 
@@ -58,5 +58,5 @@ def positions(shape: tuple[int, ...], low: int, high: int) -> Integers:
 
 
 def shifted(shape: tuple[int, ...], shift: float = 0.1, std: float = 1.0) -> Gaussian:
-    """The default probe of METHOD.md section 3: a Gaussian shifted off zero to break symmetry."""
+    """The default probe of docs/method.md, "Gate 2": a Gaussian shifted off zero to break symmetry."""
     return Gaussian(tuple(shape), shift=shift, std=std)

@@ -6,8 +6,9 @@ is differentiated by autograd, prod carries a hand-written backward (a ``torch.a
 and the oracle is ref's autograd in real mode. The defective kernels below are written here from
 the mechanism of each public report (none is copied from the reported code).
 
-Measured verdicts (seed 0, kcert defaults) are recorded in each docstring;
-tests/test_controls_backward.py checks them.
+The figures in each docstring were measured when the control was written (seed 0);
+tests/test_controls_backward.py checks the verdicts, not every figure; docs/controls.md holds the current
+ones.
 """
 
 from __future__ import annotations
@@ -194,8 +195,8 @@ def swiglu_manual_backward() -> Case:
     Why benign: autograd follows the bf16 graph: ``d up = round(dy * round(silu(gate)))`` and
     ``d gate = round(round(dy * up) * silu'(gate))``, two roundings each; the hand-written backward
     rounds each gradient once from float32. Prod is the more accurate side: where the two differ
-    coherently, the difference is ref's own rounding, which kcert attributes to ref (METHOD.md
-    section 8). Tokens 64 x hidden 256. Measured (R = 512, the variance gate added replicates to
+    coherently, the difference is ref's own rounding, which kcert attributes to ref (docs/method.md,
+    "Gate 2"). Tokens 64 x hidden 256. Measured (R = 512, the variance gate added replicates to
     1024): PASS on every gate; K = 0 on every replicate for both gradients (forward: U = 0.81).
     """
     forward = A.SWIGLU.case("swiglu_manual_backward", B.swiglu_manual, tokens=64, hidden=256)

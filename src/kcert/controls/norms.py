@@ -4,8 +4,9 @@ Every reference comes from :mod:`kcert.catalog.norms`; the production kernels be
 here from the mechanism of each public report (none is copied from the reported code). Kernels
 take their probes as keyword arguments; ``eps`` and other settings are keyword defaults.
 
-Measured verdicts (seed 0, kcert defaults) are recorded in each docstring; tests/test_controls_norms.py
-checks them.
+The figures in each docstring (effects, z, U) were measured when the control was written (seed 0);
+tests/test_controls_norms.py checks the verdicts that matter (detected, not FAIL, ``expect=``), not
+every figure; docs/controls.md holds the current verdicts and deciding figures, regenerated.
 """
 
 from __future__ import annotations
@@ -322,7 +323,7 @@ def layernorm_stats_low_precision() -> Case:
     catalogue's stressed LayerNorm contract, ``N.MEAN_OFFSET`` = 5 (mean 5.1, std 1), the same probe
     on which the correct two-pass kernel PASSes (``layer_norm_large_mean_offset_two_pass``).
     Measured: variance WARN (U = 4.7, K up to 3), bias PASS (sign-aligned effect 0.03 ULP, |z| < 5),
-    algebra PASS. A per-row gain statistic would see this defect at any offset (METHOD.md section 8).
+    algebra PASS. A per-row gain statistic would see this defect at any offset (docs/method.md, "Gate 2").
     """
     return N.LAYERNORM.case("layernorm_stats_low_precision", layer_norm_half_statistics, dtype=torch.float16,
                             offset=N.MEAN_OFFSET)
@@ -411,7 +412,7 @@ def single_rounding_prod_vs_hf_double() -> Case:
     Why benign: prod rounds once, ``round(v w)``; it is within half an ULP of the exact value and
     unbiased per channel. The coherent -0.35 ULP difference on the gain ``0.99609375`` channels is
     the reference's own bias: prod's bias against the float64 oracle is ~0, so kcert attributes the
-    difference to ref (METHOD.md section 8) and does not block the migration. Measured: PASS on all
+    difference to ref (docs/method.md, "Gate 2") and does not block the migration. Measured: PASS on all
     gates (436/512 channels significant on the sign-aligned statistic, all attributed to ref).
     """
     return N.LLAMA_RMSNORM.case("single_rounding_prod_vs_hf_double", N.rms_norm, gains_kind="llama_narrow")

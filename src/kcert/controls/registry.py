@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 from dataclasses import dataclass
@@ -9,10 +10,12 @@ from typing import Callable
 
 from ..case import Case
 
-FAMILIES = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss", "backward", "framework")
+FAMILIES = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss", "backward", "framework", "compiled",
+            "float32", "opaque", "shape")
 # Modules that define controls; importing them fills the registry.
 # A module that is absent (or needs an optional extra that is not installed) is skipped.
-MODULES = ("norms", "rope", "attention", "moe", "activations", "backward", "framework")
+MODULES = ("norms", "rope", "attention", "moe", "activations", "backward", "framework", "compiled", "float32",
+           "opaque", "shapes")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,13 @@ class Control:
     @property
     def summary(self) -> str:
         return self.doc.strip().splitlines()[0] if self.doc.strip() else self.name
+
+    @property
+    def half(self) -> str:
+        """"tuning" or "validation", fixed by the name alone (the first byte of its SHA-256 even or odd):
+        thresholds are chosen on the tuning half and on simulation, and reported on both halves
+        (docs/controls.md, "Tuning discipline")."""
+        return "tuning" if hashlib.sha256(self.name.encode()).digest()[0] % 2 == 0 else "validation"
 
 
 _REGISTRY: dict[str, Control] = {}
@@ -60,6 +70,21 @@ def negative(family: str, source: str, *, replicates: int = 1024, expect: str | 
 def positive(family: str, source: str, *, replicates: int = 1024, expect: str | None = None, quick: bool = False):
     """Register a positive control: a real kernel, a stressed probe or a benign rewrite."""
     return _register("positive", family, source, replicates, expect, quick)
+
+
+_UNAVAILABLE: dict[str, tuple[str, str]] = {}  # control name -> (family, why it cannot run here)
+
+
+def unavailable(name: str, family: str, reason: str) -> None:
+    """Record a control that cannot run on this machine (a missing compiler, an optional package):
+    it is not registered, and :func:`not_runnable` says why."""
+    _UNAVAILABLE[name] = (family, reason)
+
+
+def not_runnable() -> dict[str, tuple[str, str]]:
+    """Controls left out on this machine: name -> (family, reason). Imports the control modules."""
+    all_controls()
+    return dict(_UNAVAILABLE)
 
 
 def all_controls() -> list[Control]:

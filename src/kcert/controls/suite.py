@@ -1,10 +1,10 @@
-"""Running the control suite and summarising it against the bar (METHOD.md section 6)."""
+"""Running the control suite and summarising it against the bar (docs/controls.md)."""
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..certificate import Certificate
@@ -12,11 +12,14 @@ from ..certification import certify
 from ..errors import KcertError
 from ..gates.bias import rejudge
 from ..stats.bias import REPORT_RULES
-from ..verdict import Verdict, overall
+from ..verdict import Verdict, combine
 from .registry import Control
 
 GATES = ("algebra", "bias", "variance")
-BEYOND_REPORT = ("backward", "framework")  # families the technical report did not validate
+# A positive is null evidence only where prod differs from ref: at least this share of its elements
+# must differ bitwise (below it the pair is a sanity check, not evidence that the gates stay quiet
+# on a real difference). Fixed before the suite was measured against it.
+DIFFERS_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,31 @@ class ControlResult:
         return gates
 
     def report_rules_verdict(self) -> Verdict | None:
-        return overall(self.report_rules_gates().values()) if self.certificate else None
+        return combine(self.report_rules_gates(), self.certificate.accepted_skips) if self.certificate else None
+
+    @property
+    def differing_share(self) -> float | None:
+        """The share of output elements where prod differs from ref bitwise (L0), over every compared
+        output and replicate; 1.0 when an output's dtypes differ (every element differs); None without
+        a certificate."""
+        if self.certificate is None or not self.certificate.bitwise:
+            return None
+        total = equal = 0
+        for b in self.certificate.bitwise:
+            if b.elements:
+                total, equal = total + b.elements, equal + b.bitwise_equal
+            else:
+                return 1.0  # formats differ: not compared element by element
+        return 1.0 - equal / total if total else None
+
+    @property
+    def evidence(self) -> str:
+        """A positive's worth as null evidence: "differs" (>= DIFFERS_SHARE of its elements), "near
+        identical" (some, fewer), "identical" (a sanity check); "" for a negative or an error."""
+        share = self.differing_share
+        if self.control.kind != "positive" or share is None:
+            return ""
+        return "identical" if share == 0 else "differs" if share >= DIFFERS_SHARE else "near identical"
 
     @property
     def detected(self) -> bool:
@@ -71,6 +98,10 @@ class ControlResult:
             worst = "bias"
         if worst == "algebra":
             a = c.algebra
+            judged = [o for o in a.ladder.outputs if o.judged] if a.ladder is not None else []
+            if judged:
+                o = max(judged, key=lambda o: (o.verdict.severity, o.amplification))
+                return f"algebra: ladder floor K = {o.amplification:.3g} at {o.judged} ({o.outcome})"
             if not a.outputs:
                 return "algebra skipped"
             o = max(a.outputs, key=lambda o: (o.verdict.severity, o.discrepancy_float64))
@@ -81,11 +112,9 @@ class ControlResult:
             if not c.variance:
                 return "variance skipped"
             v = max(c.variance, key=lambda v: v.verdict.severity)
-            if v.n_infinite:
-                return f"variance: K = inf in {v.n_infinite}/{v.replicates}"
-            if v.tail is None:
-                return f"variance: max K {v.quantiles()[1.0]:.3g} ({v.n_positive} positive)"
-            return f"variance: U = {v.upper_bound:.3g}"
+            if v.interval is None:
+                return f"variance: {v.reason.split(';')[0]}"
+            return f"variance: U = {v.upper_bound:.3g} (A_T = {v.interval.estimate:.3g})"
         for b in sorted(c.bias, key=lambda b: -b.verdict.severity):
             if b.nonfinite_prod:
                 return f"bias: {b.nonfinite_prod} non-finite prod elements"
@@ -108,20 +137,19 @@ class SuiteSummary:
     positives: int
     positive_fail: int
     positive_warn: int
-    positive_warn_in_report_scope: int  # positives of the families the report validated
     positive_fail_report_rules: int
     positive_warn_report_rules: int
     errors: list[str]
     failed_expectations: list[str]
+    positive_evidence: dict[str, int] = field(default_factory=dict)  # "differs" / "near identical" / "identical"
+    halves: dict[str, dict[str, int]] = field(default_factory=dict)  # half -> counts (see summarize)
 
     @property
     def meets_bar(self) -> bool:
-        # the bar of METHOD.md section 6: at most one negative missed, no positive FAIL, at most two
-        # WARN among the positives of the families the report validated (its 35), and every exact
-        # expectation met; positives beyond the report's scope (backward, framework) must not FAIL
-        # and their WARNs are listed, each explained in its docstring
+        # the bar of docs/controls.md, over every control of every family: at most one negative
+        # missed, no positive FAIL, at most two positive WARN, every exact expectation met
         return (self.negatives - self.detected <= 1 and self.positive_fail == 0
-                and self.positive_warn_in_report_scope <= 2 and not self.errors and not self.failed_expectations)
+                and self.positive_warn <= 2 and not self.errors and not self.failed_expectations)
 
 
 def run_controls(controls: Iterable[Control], seed: int = 0, quick: bool = False,
@@ -165,12 +193,22 @@ def summarize(results: list[ControlResult]) -> SuiteSummary:
         positives=len(pos),
         positive_fail=sum(r.verdict is Verdict.FAIL for r in pos),
         positive_warn=sum(r.verdict is Verdict.WARN for r in pos),
-        positive_warn_in_report_scope=sum(r.verdict is Verdict.WARN for r in pos
-                                          if r.control.family not in BEYOND_REPORT),
         positive_fail_report_rules=sum(r.report_rules_verdict() is Verdict.FAIL for r in pos),
         positive_warn_report_rules=sum(r.report_rules_verdict() is Verdict.WARN for r in pos),
         errors=[f"{r.control.name}: {r.error}" for r in results if r.error],
         failed_expectations=[f"{r.control.name}: expected {r.control.expect}, got {r.verdict.value}"
                              for r in results if r.certificate and r.control.expect
                              and r.verdict.value != r.control.expect],
+        positive_evidence={k: sum(r.evidence == k for r in pos) for k in ("differs", "near identical", "identical")},
+        halves={half: _half_counts([r for r in results if r.control.half == half]) for half in ("tuning", "validation")},
     )
+
+
+def _half_counts(results: list[ControlResult]) -> dict[str, int]:
+    neg = [r for r in results if r.control.kind == "negative"]
+    pos = [r for r in results if r.control.kind == "positive"]
+    return {"negatives": len(neg), "detected": sum(r.detected for r in neg),
+            "negative_fail": sum(r.verdict is Verdict.FAIL for r in neg), "positives": len(pos),
+            "positive_fail": sum(r.verdict is Verdict.FAIL for r in pos),
+            "positive_warn": sum(r.verdict is Verdict.WARN for r in pos),
+            "positive_differs": sum(r.evidence == "differs" for r in pos)}

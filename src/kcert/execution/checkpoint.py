@@ -9,7 +9,10 @@ unpickled. Arrays are named ``<part>.<output>.<field>`` where ``<part>`` is ``pr
 of the complete blocks ``0 .. folded-1``) or ``block<b>`` (a block not merged yet); the early
 snapshots of L0's growth test are ``early<k>.<output>.<row>.{count,mean,m2}`` (``k`` folded blocks).
 Version 2 added each output's ``ulp_histogram`` and the early snapshots: a version 1 file lacks
-them and is refused rather than resumed to a certificate with an incomplete L0 layer.
+them and is refused rather than resumed to a certificate with an incomplete L0 layer. Version 3 added
+``fingerprint.kernels`` (:mod:`kcert.execution.fingerprint`: the kernels' code, closures, globals,
+module parameters, Fixed values, Custom and Labels functions, Python/torch/numpy versions): a run
+whose kernels changed since the checkpoint was written is refused, naming what changed.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ import torch
 from .. import __version__
 from ..errors import KcertError
 from ..stats.moments import MomentAccumulator
+from .fingerprint import case_fingerprint, differences
 from .outputs import ROWS, OutputLayout
 from .runner import BLOCK, EARLY_ROWS, Block, OutputAccumulator, Runner
 
-FORMAT = "kcert.checkpoint/2"
+FORMAT = "kcert.checkpoint/3"
 
 
 class CheckpointError(KcertError, ValueError):
@@ -53,6 +57,7 @@ def fingerprint(case, seed: int, replicates: int, max_replicates: int, horizon: 
         "variance_thresholds": dataclasses.asdict(variance_thresholds),
         "block": BLOCK,
         "kcert": __version__,
+        "kernels": case_fingerprint(case),
     }
     return json.loads(json.dumps(fp, default=str))  # as it reads back from the file
 
@@ -201,18 +206,27 @@ def read(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         meta = json.loads(str(arrays.pop("meta")))
-    except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read as a kcert checkpoint: {exc}") from None
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    except Exception:  # noqa: BLE001 - numpy, zipfile and json each raise their own kind on a bad file
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or not a kcert checkpoint (not an .npz "
+                              "archive with kcert's 'meta' record); write a new one with --checkpoint") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise CheckpointError(f"checkpoint {str(path)!r} has format {found!r}, expected {FORMAT!r}")
+        older = " (written by an older kcert: start a new run)" if isinstance(found, str) and \
+            found.startswith("kcert.checkpoint/") else ""
+        raise CheckpointError(f"checkpoint {str(path)!r} has format {found!r}, expected {FORMAT!r}{older}")
     return meta, arrays
 
 
 def check_fingerprint(path, saved: dict, expected: dict) -> None:
     """Refuse a checkpoint of another run, naming every field that differs."""
-    diffs = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in expected.items() if saved.get(k) != v]
+    kernels = differences(saved.get("kernels") or {}, expected.get("kernels") or {})
+    diffs = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in expected.items()
+             if k != "kernels" and saved.get(k) != v]
     diffs += [f"{k}: checkpoint {v!r}, this run has none" for k, v in saved.items() if k not in expected]
+    if kernels:
+        diffs.append("the kernels, changed since the checkpoint was written: " + ", ".join(kernels))
     if diffs:
         raise CheckpointError(f"checkpoint {str(path)!r} belongs to another run; differs in " + "; ".join(diffs))
 

@@ -71,6 +71,9 @@ def make_layout(index: int, name: str, ref_out: torch.Tensor, prod_out: torch.Te
                 where: str) -> OutputLayout:
     if not ref_out.is_floating_point():
         raise KernelError(f"{where}: {name} of ref has dtype {ref_out.dtype}; only floating outputs can be certified")
+    if ref_out.numel() == 0:
+        raise KernelError(f"{where}: {name} of ref has shape {tuple(ref_out.shape)}, no elements: there is nothing "
+                          "to compare; check the probe shapes")
     if isinstance(spec, Axes):
         axes = spec.resolve(ref_out.dim(), f"{where}, {name}")
         bucket_shape = tuple(ref_out.shape[a] for a in axes)

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..case import Case, Labels
-from ..errors import KernelError, ParameterError, RealModeUnsupported
+from ..case import Case, Gaussian, Integers, Labels, Uniform
+from ..errors import CaseError, KernelError, ParameterError, RealModeUnsupported
 from ..stats.bitwise import N_BINS
 from ..stats.moments import MomentAccumulator
 from . import probes, seeding
+from .frames import kernel_frame
 from .outputs import (
     ROWS,
     OutputLayout,
@@ -128,6 +129,16 @@ def _check_batch_memory(value, device: torch.device) -> int:
     return value
 
 
+def _check_probe_sizes(case: Case) -> None:
+    """A drawn probe with no elements leaves the kernels nothing to compute (and crashes deep inside)."""
+    for group in ("inputs", "weights"):
+        for name, probe in getattr(case, group).items():
+            shape = getattr(probe, "shape", None)
+            if isinstance(probe, (Gaussian, Uniform, Integers)) and 0 in tuple(shape):
+                raise CaseError(f"case {case.name!r}: {group}[{name!r}] is {type(probe).__name__} of shape "
+                                f"{tuple(shape)}, which has no elements; give every size >= 1")
+
+
 @dataclass
 class Block:
     """Block ``index`` accumulated from empty over replicates ``[first, first + filled)``;
@@ -167,6 +178,7 @@ class Runner:
         self.batch_size: int | None = None if case.independent_leading_axis else 1
         self.seed = int(seed)
         self.device = torch.device(device)
+        _check_probe_sizes(case)
         self.weights = probes.draw_weights(case, self.seed, self.device)
         self.layouts: list[OutputLayout] | None = None
         self.prefix: list[OutputAccumulator] | None = None
@@ -243,7 +255,9 @@ class Runner:
             with torch.no_grad():
                 return fn(**kwargs)
         except Exception as exc:
-            raise KernelError(f"{where or self.where(r)}: {role} raised {type(exc).__name__}: {exc}") from exc
+            frame = kernel_frame(exc)  # the kernel's own line, not torch's
+            at = f" (at {frame})" if frame else ""
+            raise KernelError(f"{where or self.where(r)}: {role} raised {type(exc).__name__}: {exc}{at}") from exc
 
     def _oracle(self, exact: dict, r: int, where: str | None = None):
         if self.oracle_unavailable is not None:

@@ -1,6 +1,6 @@
 """Symbolic real mode: evaluate a PyTorch callable on tensors of SymPy expressions.
 
-The algebra gate's proof level (METHOD.md section 2, docs/method.md "Gate 1") evaluates ref and prod
+The algebra gate's proof level (docs/method.md, "Gate 1", docs/method.md "Gate 1") evaluates ref and prod
 on tensors whose elements are distinct real symbols and asks SymPy whether ``ref - prod`` is zero.
 This module is the evaluator: :class:`SymTensor` is a ``torch.Tensor`` wrapper subclass (no storage)
 holding a NumPy object array of SymPy expressions, and :class:`SymbolicMode` is a
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fractions
+import importlib
 import math
 import signal
 import threading
@@ -43,8 +44,8 @@ from torch.overrides import TorchFunctionMode
 from . import realmode
 from .realmode import _op_name
 
-__all__ = ["Deadline", "SymTensor", "SymbolicMode", "SymbolicTimeout", "SymbolicUnsupported", "exact",
-           "run_symbolic", "symbols_like"]
+__all__ = ["Deadline", "SymTensor", "SymbolicMode", "SymbolicTimeout", "SymbolicUnsupported", "compilation_disabled",
+           "exact", "expression_size", "run_symbolic", "symbols_like"]
 
 
 class SymbolicUnsupported(Exception):
@@ -57,35 +58,55 @@ class SymbolicUnsupported(Exception):
 
 
 class SymbolicTimeout(BaseException):
-    """The proof's time budget ran out. A BaseException so that ``except Exception`` in kernel or
-    SymPy code cannot swallow it."""
+    """The proof's budget ran out. ``kind``: "work" (the deterministic work budget) or "time" (the
+    wall-clock guard against a hang). A BaseException so that ``except Exception`` in kernel or SymPy
+    code cannot swallow it."""
+
+    def __init__(self, message: str, kind: str = "time"):
+        super().__init__(message)
+        self.kind = kind
 
 
 class Deadline:
-    """A wall-clock budget. ``check()`` raises :class:`SymbolicTimeout` once it is spent; inside
+    """The proof's budgets.
+
+    ``units``: the deterministic work budget. The evaluator spends, per operation, the number of
+    symbolic elements it reads and writes; the proof spends the size (expression nodes) of every
+    expression it simplifies or evaluates. Equal inputs spend equal units on any machine, so where a
+    proof stops does not depend on the load: equal runs give equal certificates.
+    ``seconds``: a wall-clock guard against a hang (a SymPy call that never returns), far above what
+    the work budget allows; ``check()`` raises :class:`SymbolicTimeout` once it is spent, and inside
     ``alarm()`` (main thread, no other timer running) a SIGALRM also interrupts long SymPy calls."""
 
-    def __init__(self, seconds: float):
-        self.seconds = float(seconds)
-        self.end = time.monotonic() + self.seconds
+    def __init__(self, seconds: float | None = None, units: int | None = None):
+        self.seconds = None if seconds is None else float(seconds)
+        self.end = math.inf if seconds is None else time.monotonic() + self.seconds
+        self.units = units
+        self.spent = 0
 
     def remaining(self) -> float:
         return self.end - time.monotonic()
 
+    def spend(self, units: int) -> None:
+        self.spent += int(units)
+        if self.units is not None and self.spent > self.units:
+            raise SymbolicTimeout(f"work budget of {self.units:,} units spent", "work")
+
     def check(self) -> None:
         if time.monotonic() > self.end:
-            raise SymbolicTimeout(f"time budget of {self.seconds:g} s spent")
+            raise SymbolicTimeout(f"time guard of {self.seconds:g} s spent", "time")
 
     @contextlib.contextmanager
     def alarm(self):
-        usable = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        usable = (self.seconds is not None and hasattr(signal, "setitimer")
+                  and threading.current_thread() is threading.main_thread()
                   and signal.getitimer(signal.ITIMER_REAL)[0] == 0)
         if not usable:  # cooperative checks only
             yield
             return
 
         def ring(signum, frame):
-            raise SymbolicTimeout(f"time budget of {self.seconds:g} s spent")
+            raise SymbolicTimeout(f"time guard of {self.seconds:g} s spent", "time")
 
         previous = signal.signal(signal.SIGALRM, ring)
         try:
@@ -94,6 +115,32 @@ class Deadline:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+
+
+def expression_size(e: Any, cap: int = 10**6) -> int:
+    """Nodes of ``e``'s expression tree (at most ``cap``): the work unit of simplifying or evaluating it."""
+    if not isinstance(e, sympy.Basic):
+        return 1
+    n = 0
+    for _ in sympy.preorder_traversal(e):
+        n += 1
+        if n >= cap:
+            break
+    return n
+
+
+@contextlib.contextmanager
+def compilation_disabled():
+    """``torch.compile``d callables run their original Python code: dynamo neither traces the symbolic
+    evaluator (whose SymPy calls it would bake into a graph) nor recompiles for the proof's shapes."""
+    stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    if stance is not None:  # torch >= 2.6
+        with stance("force_eager"):
+            yield
+        return
+    dynamo = importlib.import_module("torch._dynamo")  # pragma: no cover - older torch
+    with dynamo.config.patch(disable=True):  # pragma: no cover
+        yield
 
 
 # --- numbers -------------------------------------------------------------------------------------
@@ -291,22 +338,29 @@ def _new(data: Any, complex_valued: bool = False) -> SymTensor:
     return SymTensor(_obj(data), complex_valued)
 
 
-def _native_to_obj(t: torch.Tensor) -> np.ndarray:
+def _native_values(t: torch.Tensor) -> tuple[np.ndarray, Callable]:
+    """A native tensor's values as a NumPy array, and the converter of one value to SymPy."""
     with torch._C.DisableTorchFunctionSubclass():
         t = t.detach().cpu()
         if t.is_complex():
             raise SymbolicUnsupported("complex tensor", "complex constants made outside the kernel are not followed")
         if t.is_floating_point():
-            values = t.to(torch.float64).numpy()
-            conv = _binary
-        else:
-            values = t.to(torch.int64).numpy()
-            conv = sympy.Integer
+            return t.to(torch.float64).numpy(), _binary
+        return t.to(torch.int64).numpy(), sympy.Integer
+
+
+def _values_to_obj(values: np.ndarray, conv: Callable) -> np.ndarray:
+    values = np.asarray(values)
+    _spend(int(values.size))  # every value becomes a SymPy number: work the budget counts
     out = np.empty(values.shape, object)
     flat = out.reshape(-1)
     for i, v in enumerate(values.reshape(-1).tolist()):
         flat[i] = conv(v)
     return out
+
+
+def _native_to_obj(t: torch.Tensor) -> np.ndarray:
+    return _values_to_obj(*_native_values(t))
 
 
 def _sym(x: Any) -> SymTensor:
@@ -929,21 +983,30 @@ def _index(idx: Any, op: str) -> Any:
     return idx
 
 
-def _getitem(input, idx):
+def _select_from(input, pick: Callable[[np.ndarray], np.ndarray]) -> SymTensor:
+    """``pick`` applied to ``input``'s elements. A native tensor (a frequency table, a cos/sin cache
+    made outside the kernel) is indexed natively first, so only the elements picked become SymPy
+    numbers (a 4096-position cache would otherwise cost seconds)."""
+    if isinstance(input, torch.Tensor) and not isinstance(input, SymTensor):
+        values, conv = _native_values(input)
+        return _new(_values_to_obj(pick(values), conv))
     x = _sym(input)
-    return _like(x, _obj(x.sym[_index(idx, "indexing")]))
+    return _like(x, _obj(pick(x.sym)))
+
+
+def _getitem(input, idx):
+    index = _index(idx, "indexing")
+    return _select_from(input, lambda a: a[index])
 
 
 def _gather(input, dim, index, *, sparse_grad=False):
-    x = _sym(input)
     idx = np.asarray(_constant_values(index, "gather"), dtype=np.int64)
-    return _like(x, np.take_along_axis(x.sym, idx, axis=dim))
+    return _select_from(input, lambda a: np.take_along_axis(a, idx, axis=dim))
 
 
 def _index_select(input, dim, index):
-    x = _sym(input)
     idx = np.asarray(_constant_values(index, "index_select"), dtype=np.int64).reshape(-1)
-    return _like(x, np.take(x.sym, idx, axis=dim))
+    return _select_from(input, lambda a: np.take(a, idx, axis=dim))
 
 
 # --- complex values --------------------------------------------------------------------------------
@@ -1410,6 +1473,23 @@ def _is_floating_native(o: Any) -> bool:
 _active = threading.local()
 
 
+def _elements(obj: Any) -> int:
+    """Symbolic elements held by ``obj`` (tensors in nested lists, tuples and dicts)."""
+    if isinstance(obj, SymTensor):
+        return int(obj.sym.size)
+    if isinstance(obj, (list, tuple)):
+        return sum(_elements(o) for o in obj)
+    if isinstance(obj, dict):
+        return sum(_elements(o) for o in obj.values())
+    return 0
+
+
+def _spend(units: int) -> None:
+    deadline = getattr(_active, "deadline", None)
+    if deadline is not None and units:
+        deadline.spend(units)
+
+
 def _check_active() -> None:
     deadline = getattr(_active, "deadline", None)
     if deadline is not None:
@@ -1450,7 +1530,9 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
         if not _find(out, _is_floating_native):
             return out
-    return handler(*args, **kwargs)
+    out = handler(*args, **kwargs)
+    _spend(_elements((args, kwargs)) + _elements(out))  # the deterministic work budget
+    return out
 
 
 class SymbolicMode(TorchFunctionMode):
@@ -1481,7 +1563,7 @@ def run_symbolic(fn: Callable[..., Any], kwargs: dict[str, Any], deadline: Deadl
                  ) -> tuple[np.ndarray, ...]:
     """Call ``fn(**kwargs)`` under :class:`SymbolicMode`; return its outputs (a tensor or a tuple of
     tensors) as object arrays of SymPy expressions. Raises :class:`SymbolicUnsupported`."""
-    with SymbolicMode(deadline), torch.no_grad():
+    with compilation_disabled(), SymbolicMode(deadline), torch.no_grad():
         out = fn(**kwargs)
     items = out if isinstance(out, (tuple, list)) else (out,)
     result = []

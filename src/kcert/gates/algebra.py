@@ -1,4 +1,4 @@
-"""Gate 1: do ref and prod compute the same real function? (METHOD.md section 2)
+"""Gate 1: do ref and prod compute the same real function? (docs/method.md, "Gate 1")
 
 Identity test: evaluate both sides in real mode, in float64 and in float32, on probe draws and on
 wider draws. Rounding discrepancies shrink by ~2**29 from float32 to float64; an algebraic
@@ -13,7 +13,14 @@ difference does not. Verdict per output:
 Symbolic proof (gates/symbolic.py): ref and prod on tensors of real symbols at a small shape S,
 ``ref - prod`` simplified. "proved at shape S" / "disproved at shape S" (with a witness) when it
 decides; otherwise the verdict rests on the identity test and says why the proof was not reached.
-``AlgebraResult.level`` names the evidence: "proof", "identity test" or "skipped".
+Precision ladder (execution/ladder.py, stats/ladder.py): when prod cannot run in real mode (a
+Triton launch, a C++/CUDA extension, a custom op, a compiled backward) and no ``prod_math`` is given,
+prod (and ref) run at every precision prod accepts on the same real inputs and are compared with the
+float64 oracle; an error that stops at a floor no finer precision lowers is an algebraic difference.
+
+``AlgebraResult.level`` names the evidence: "proof", "identity test", "precision ladder" or
+"skipped" (no algebra test ran; with ``accept_untested`` the certificate's verdict then rests on the
+bias and variance gates, and ``untested_limit`` says what is not tested).
 """
 
 from __future__ import annotations
@@ -25,12 +32,21 @@ from dataclasses import replace
 import torch
 
 from ..case import Case
-from ..certificate import AlgebraOutputResult, AlgebraProofResult, AlgebraResult
+from ..certificate import (
+    AlgebraOutputResult,
+    AlgebraProofResult,
+    AlgebraResult,
+    LadderOutputResult,
+    LadderResult,
+    LadderRungResult,
+)
 from ..diagnostics import diagnostic
 from ..errors import KernelError, RealModeUnsupported
+from ..execution import ladder as ladder_run
 from ..execution import probes, seeding
 from ..execution.realmode import run_real
 from ..execution.runner import as_outputs
+from ..stats import ladder as ladder_stats
 from ..stats.identity import FAIL_FLOOR, ROUNDING_SHRINK, shrink
 from ..verdict import Verdict
 
@@ -62,11 +78,31 @@ def _relative_discrepancy(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def judge_algebra(case: Case, weights: probes.Draw, seed: int, device, points: int = 8, wide_points: int = 8,
-                  widen: float = 4.0, proof: bool = True, proof_budget_s: float | None = None) -> AlgebraResult:
+                  widen: float = 4.0, proof: bool = True, proof_budget_s: float | None = None,
+                  accept_untested: bool = False, bias_floor_ulp: float | None = None) -> AlgebraResult:
     """Gate 1. The identity test always runs (it is the check at the probe's own shapes); with
     ``proof`` the symbolic proof level is tried as well, on the same sides and draws, within
     ``proof_budget_s`` seconds (default ``gates.symbolic.PROOF_BUDGET_S``), and the verdict rests on
-    it when it decides and agrees (see :func:`_combine` and docs/method.md)."""
+    it when it decides and agrees (see :func:`_combine` and docs/method.md). When prod cannot run in
+    real mode the precision ladder runs instead (:func:`_judge_ladder`). ``accept_untested`` (or the
+    case's ``accept_untested_algebra``): a SKIPPED result is marked accepted, with the limit stated in
+    terms of the bias gate's ``bias_floor_ulp``."""
+    result = _judge(case, weights, seed, device, points, wide_points, widen, proof, proof_budget_s)
+    if result.verdict is Verdict.SKIPPED and (accept_untested or case.accept_untested_algebra):
+        floor = f"{bias_floor_ulp:g} ULP" if bias_floor_ulp is not None else "its ULP"
+        limit = (f"algebraic differences below the bias gate's floor of {floor} (or that show no coherent bias "
+                 f"and no heavier error tail) are not tested")
+        if result.ladder is not None:
+            res = [o.resolution for o in result.ladder.outputs if o.outcome == ladder_stats.UNRESOLVED]
+            if res:
+                limit += f"; the precision ladder resolved no finer than {max(res):.2g} relative"
+        return replace(result, untested_accepted=True, untested_limit=limit,
+                       reason=f"{result.reason} [accepted: {limit}]")
+    return result
+
+
+def _judge(case: Case, weights: probes.Draw, seed: int, device, points: int, wide_points: int, widen: float,
+           proof: bool, proof_budget_s: float | None) -> AlgebraResult:
     sides = {"ref": (case.ref, "ref in real mode", case.oracle, "the given oracle"),
              "prod": (case.prod, "prod in real mode", case.prod_math, "the given prod_math")}
     chosen: dict[str, tuple[Callable, str]] = {}
@@ -85,12 +121,16 @@ def judge_algebra(case: Case, weights: probes.Draw, seed: int, device, points: i
             except RealModeUnsupported as exc:
                 last_error = exc
         if role not in chosen:
-            what = "a math definition (Case(oracle=...))" if role == "ref" else "a real definition (Case(prod_math=...))"
+            what = "math definition (Case(oracle=...))" if role == "ref" else "real definition (Case(prod_math=...))"
             skip_reasons.append(f"{role} cannot run in real mode and no {what} was given: {last_error}")
 
     if skip_reasons:
-        return AlgebraResult(Verdict.SKIPPED, "; ".join(skip_reasons), "skipped", points, wide_points,
-                             chosen.get("ref", (None, "unavailable"))[1], chosen.get("prod", (None, "unavailable"))[1])
+        skipped = AlgebraResult(Verdict.SKIPPED, "; ".join(skip_reasons), "skipped", points, wide_points,
+                                chosen.get("ref", (None, "unavailable"))[1],
+                                chosen.get("prod", (None, "unavailable"))[1])
+        if "prod" in chosen:
+            return skipped  # prod runs in real mode; ref has no oracle: nothing to compare prod with
+        return _judge_ladder(case, weights, seed, device, points, wide_points, widen, skipped)
 
     n_out = len(results["ref"][torch.float64][0])
     if any(len(o) != n_out for role in results for dt in results[role] for o in results[role][dt]):
@@ -161,6 +201,65 @@ def _combine(identity: AlgebraResult, attempt: AlgebraProofResult) -> AlgebraRes
                        diagnostics=identity.diagnostics + (diagnostic("proof_disagrees_with_identity", detail),))
     return replace(identity, proof=attempt,
                    reason=f"{identity.reason} [symbolic proof not reached ({attempt.reason}): {attempt.note}]")
+
+
+def _judge_ladder(case: Case, weights: probes.Draw, seed: int, device, points: int, wide_points: int, widen: float,
+                  skipped: AlgebraResult) -> AlgebraResult:
+    """The precision ladder for a prod real mode cannot run (docs/method.md, "The precision ladder")."""
+    try:
+        m = ladder_run.measure(case, weights, seed, device, points, wide_points, widen)
+    except ladder_run.OracleUnavailable as exc:
+        return replace(skipped, reason=f"{skipped.reason}; no precision ladder either: no float64 oracle ({exc})")
+    accepted = [r for r in m.rungs if r.accepted]
+    working = ladder_run.dtype_name(case.dtype)
+    outputs = []
+    for j, name in enumerate(m.outputs):
+        dtypes = [r.output_dtypes[j] for r in accepted]
+        if not accepted or any(d not in ladder_stats.UNIT_ROUNDOFF for d in dtypes):
+            outputs.append(LadderOutputResult(name, "not compared" if accepted else ladder_stats.UNRESOLVED))
+            continue
+        rungs = [ladder_stats.Rung(r.dtype, r.output_dtypes[j], r.prod_error[j], r.ref_error[j]) for r in accepted]
+        d = ladder_stats.decide(rungs, working)
+        outputs.append(LadderOutputResult(name, d.outcome, rungs[d.judged].dtype, d.amplification, d.resolution,
+                                          d.yardsticks, rungs[d.judged].prod_error))
+    ladder = LadderResult(
+        tuple(LadderRungResult(r.dtype, r.accepted, r.reason, r.prod_error, r.ref_error, r.output_dtypes, r.ref_reason)
+              for r in m.rungs),
+        tuple(outputs), m.oracle, m.grid, working, m.points, m.wide_points, ladder_stats.ROUNDING_MULTIPLE)
+    judged = [o for o in outputs if o.outcome != "not compared"]
+    verdict = Verdict.worst(o.verdict for o in judged) if judged else Verdict.SKIPPED
+    resolved = [o for o in judged if o.outcome != ladder_stats.UNRESOLVED]
+    tried = ", ".join(f"{r.dtype} ({'accepted' if r.accepted else r.reason})" for r in m.rungs)
+    unresolved = [o for o in judged if o.outcome == ladder_stats.UNRESOLVED]
+    if not accepted:
+        reason = f"{skipped.reason}; the precision ladder could not run: prod accepted no precision tried: {tried}"
+    elif not resolved:
+        reason = f"no algebra test could run: {skipped.reason}; and the precision ladder " \
+                 f"({', '.join(ladder.accepted)}) does not resolve below {working}"
+    else:
+        worst = max(resolved, key=lambda o: (o.verdict.severity, o.amplification))
+        if worst.verdict is Verdict.PASS:
+            reason = (f"precision ladder ({ladder.text}): at {worst.judged} prod agrees with the float64 oracle to "
+                      f"{worst.error:.2g} relative, {worst.amplification:.3g}x the rounding yardstick "
+                      f"(<= {ladder.rounding_multiple:g}): rounding; a floor above {worst.resolution:.2g} relative "
+                      f"would have failed ({worst.output}, {m.points + m.wide_points} points)")
+        else:
+            reason = (f"{worst.output}: precision ladder ({ladder.text}): prod's error stops at a floor "
+                      f"{worst.amplification:.3g}x the rounding yardstick at {worst.judged} "
+                      f"(> {ladder.rounding_multiple:g}) that no finer precision lowers: prod and ref compute "
+                      f"different real functions (or prod computes below its inputs' precision, e.g. TF32 dots: "
+                      f"docs/method.md)")
+    if accepted and unresolved:
+        o = max(unresolved, key=lambda o: o.resolution)
+        refused = "; ".join(f"{r.dtype}: {r.reason}" for r in m.rungs if not r.accepted)
+        reason += (f"; not resolved for {', '.join(u.output for u in unresolved)}: prod's error did not fall "
+                   f"{ladder.rounding_multiple:g}x below {working}'s unit roundoff at any precision (judged at "
+                   f"{o.judged}, K = {o.amplification:.3g})" + (f"; not used: {refused}" if refused else "")
+                   + "; give Case(prod_math=...), let prod accept finer inputs (float32, float64), or accept the "
+                   "untested algebra explicitly (Case(accept_untested_algebra=True), --accept-untested-algebra)")
+    level = "precision ladder" if resolved else "skipped"
+    return AlgebraResult(verdict, reason, level, m.points, m.wide_points, f"oracle: {m.oracle}",
+                         f"prod at {', '.join(ladder.accepted) or 'no precision'}", ladder=ladder)
 
 
 def _evaluate(fn: Callable, label: str, draws, weights) -> dict:

@@ -1,4 +1,4 @@
-"""Gate 2: coherent bias of prod against ref, per bucket (METHOD.md section 3)."""
+"""Gate 2: coherent bias of prod against ref, per bucket (docs/method.md, "Gate 2")."""
 
 from __future__ import annotations
 
@@ -11,12 +11,17 @@ from ..stats import power
 from ..stats.bias import FAIL, IDENTICAL, UNTESTED, WARN, ATTRIBUTED_TO_REF, BiasThresholds, judge_buckets
 from ..stats.ulp import ulp
 from ..verdict import Verdict
+from .minimum import BIAS_REFERENCE_EFFECT, bias_minimum, judge_minimum
 
 
 
-def judge_bias(acc: OutputAccumulator, thresholds: BiasThresholds, horizon: float, attribution: bool) -> BiasResult:
+def judge_bias(acc: OutputAccumulator, thresholds: BiasThresholds, horizon: float, attribution: bool,
+               dtypes_may_differ: bool = False, harm_format: str | None = None) -> BiasResult:
     """Judge one output's accumulated moments. The result keeps the moments, so it can be judged
-    again under other thresholds (``rejudge``) without running a kernel."""
+    again under other thresholds (``rejudge``) without running a kernel. A prod output dtype other
+    than ref's WARNs (an interface change) unless ``dtypes_may_differ`` (``Case.dtypes_may_differ``).
+    ``harm_format``: the format whose ULP the floor is counted in (default: the output's own;
+    ``Case.training_format`` and docs/method.md, "The harm scale")."""
     layout = acc.layout
     moments = {row: (m.count.copy(), m.mean.copy(), m.std()) for row, m in acc.moments.items()}
     return _judge(
@@ -30,6 +35,8 @@ def judge_bias(acc: OutputAccumulator, thresholds: BiasThresholds, horizon: floa
         thresholds=thresholds,
         horizon=horizon,
         oracle=attribution,
+        dtypes_may_differ=dtypes_may_differ,
+        harm_format=harm_format or layout.dtype_name,
     )
 
 
@@ -37,7 +44,7 @@ def rejudge(result: BiasResult, thresholds: BiasThresholds) -> BiasResult:
     """The same evidence judged under other thresholds (e.g. the report's rules)."""
     return _judge(result.output, result.dtype, result.prod_dtype, result.bucket_labels, result.moments,
                   result.replicates, (result.nonfinite_prod, result.nonfinite_ref, result.nonfinite_replicates),
-                  thresholds, result.horizon, result.oracle)
+                  thresholds, result.horizon, result.oracle, result.dtypes_may_differ, result.harm_format or result.dtype)
 
 
 def _z(count, mean, std):
@@ -47,10 +54,12 @@ def _z(count, mean, std):
     return np.where(std > 0, z, np.where(mean == 0, 0.0, np.inf))
 
 
-def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, thresholds, horizon, oracle) -> BiasResult:
+def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, thresholds, horizon, oracle,
+           dtypes_may_differ=False, harm_format=None) -> BiasResult:
     nonfinite_prod, nonfinite_ref, nonfinite_replicates = nonfinite
     magnitude = moments["magnitude"][1]
-    bucket_ulp = np.asarray(ulp(magnitude, dtype), np.float64).reshape(-1)
+    harm_format = harm_format or dtype
+    bucket_ulp = np.asarray(ulp(magnitude, harm_format), np.float64).reshape(-1)
     attribution = oracle and thresholds.attribution
     tests = []
     for stat in ("raw", "sign_aligned") if thresholds.sign_aligned else ("raw",):
@@ -95,7 +104,16 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
     if to_ref:
         diags.append(diagnostic("attributed_to_ref", f"{to_ref} buckets"))
     if prod_dtype != dtype:
-        diags.append(diagnostic("output_dtype_differs", f"prod {prod_dtype}, ref {dtype}"))
+        declared = " (declared: Case.dtypes_may_differ)" if dtypes_may_differ else ""
+        diags.append(diagnostic("output_dtype_differs", f"prod {prod_dtype}, ref {dtype}{declared}"))
+        if not dtypes_may_differ:  # an interface change must not go through silently
+            verdict = Verdict.worst([verdict, Verdict.WARN])
+    minimum = bias_minimum(thresholds.z_star, thresholds.power)
+    verdict, too_few = judge_minimum("bias", verdict, replicates, minimum,
+                                     f"a bias as large as the noise, rho = {BIAS_REFERENCE_EFFECT:g}, detected with "
+                                     f"power {thresholds.power:g} at |z| > {thresholds.z_star:g}")
+    if too_few is not None:
+        diags.append(too_few)
 
     return BiasResult(
         output=output,
@@ -121,5 +139,7 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         oracle=oracle,
         moments=moments,
         diagnostics=tuple(diags),
+        dtypes_may_differ=dtypes_may_differ,
+        harm_format=harm_format,
     )
 

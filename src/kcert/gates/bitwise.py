@@ -1,4 +1,4 @@
-"""L0, the bitwise layer (METHOD.md sections 6-7): informational, beside the three gates.
+"""L0, the bitwise layer (docs/method.md, "L0"): informational, beside the three gates.
 
 It explains what the gates leave implicit: how many elements prod and ref agree on bit for bit,
 how far apart the others are in ULPs, and whether the significant buckets' |z| grows like

@@ -1,4 +1,4 @@
-"""Gate 1's proof level (METHOD.md section 2): evaluate ref and prod on tensors of real symbols of a
+"""Gate 1's proof level (docs/method.md, "Gate 1"): evaluate ref and prod on tensors of real symbols of a
 small shape S and simplify ``ref - prod`` to zero; the verdict then says "proved at shape S".
 
 Steps, each with its own way of not reaching a proof (``AlgebraProofResult.reason``):
@@ -16,14 +16,23 @@ Steps, each with its own way of not reaching a proof (``AlgebraProofResult.reaso
    real mode at S (guards against an evaluator error): "mismatch".
 4. **decision** - an element whose difference is structurally zero is proved. A float64 real-mode
    difference of at least the fail floor at a draw, confirmed by evaluating the exact difference to
-   30 digits, disproves (the witness). Otherwise expand / cancel / radsimp / simplify must reach 0;
-   if they do not: "undecided". The whole proof runs under a time budget: "budget".
+   30 digits, disproves (the witness). Otherwise expand / cancel / radsimp / simplify must reach 0
+   (``simplify`` only on differences of at most :data:`SIMPLIFY_MAX_NODES` nodes); if they do not:
+   "undecided".
+
+The whole proof runs under a deterministic work budget (:data:`PROOF_BUDGET`, units of
+:class:`kcert.execution.symbolic.Deadline`: symbolic elements read and written by the evaluator,
+expression nodes simplified or evaluated): "budget". Equal inputs spend equal units, so the outcome
+does not depend on the machine or its load. A wall-clock guard (:data:`PROOF_BUDGET_S`) only stops a
+hang: "time guard". ``torch.compile``d kernels are evaluated with compilation disabled (their Python
+definition; the identity test runs them compiled).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 import time
 from collections.abc import Callable
 
@@ -40,11 +49,18 @@ from ..execution.symbolic import (
     Deadline,
     SymbolicTimeout,
     SymbolicUnsupported,
+    compilation_disabled,
+    expression_size,
     run_symbolic,
     symbols_like,
 )
 
-PROOF_BUDGET_S = 10.0  # wall-clock budget of one case's proof, shape search included
+# Work units of one case's proof, shape search included: 2.3x the most any control's proof spends
+# (85k units, compiled attention; Llama 3 RoPE 76k; benchmarks/proof_budget.py, docs/method.md). At
+# the slowest rate measured on an idle 2-core machine (~5k units/s) a proof it stops takes ~40 s.
+PROOF_BUDGET = 200_000
+PROOF_BUDGET_S = 300.0  # wall-clock guard against a hang only, 5x above what PROOF_BUDGET allows there
+SIMPLIFY_MAX_NODES = 4000  # sympy.simplify is tried only on differences this small (its cost grows fast)
 MAX_SYMBOLS = 2048  # RoPE at head_dim 128 (closed over) with 4 tokens needs 1536
 LADDER_STARTS = (4, 8)  # 4: the smallest head size at which interleaved and half-split RoPE layouts differ
 COLLIDE_PENALTY = 4  # a shape whose sizes collide must need 4x fewer symbols to be tried first
@@ -136,9 +152,11 @@ def _real_outputs(fn: Callable, label: str, kwargs: dict) -> tuple[torch.Tensor,
                                          "the proof's small shape"))
 
 
-def _numeric(e, subs: dict, digits: int = 15) -> complex:
+def _numeric(e, subs: dict, digits: int = 15, deadline: Deadline | None = None) -> complex:
     """``e`` at the point ``subs`` (symbols -> Floats of DIGITS digits). xreplace rebuilds the
     expression, which evaluates Max, Abs & co. on numbers (evalf's own subs leaves some unevaluated)."""
+    if deadline is not None:
+        deadline.spend(expression_size(e))
     free = getattr(e, "free_symbols", set())
     value = e.xreplace({s: subs[s] for s in free}).evalf(digits)
     try:
@@ -165,8 +183,12 @@ def _zero_by(d, deadline: Deadline, order: list[int]) -> str | None:
     worked last to the front (elements of one output usually need the same step)."""
     if d.has(sympy.tanh, sympy.sinh, sympy.cosh):
         d = d.rewrite(sympy.exp)
+    size = expression_size(d)
     for i in list(order):
+        if _CANONICAL[i][0] == "simplify" and size > SIMPLIFY_MAX_NODES:
+            continue
         deadline.check()
+        deadline.spend(size)
         if _CANONICAL[i][1](d) == 0:
             order.remove(i)
             order.insert(0, i)
@@ -184,20 +206,27 @@ def _short(e, limit: int = 300) -> str:
 
 def prove(case: Case, ref: tuple[Callable, str], prod: tuple[Callable, str], draws: list[probes.Draw],
           weights: probes.Draw, fail_floor: float, budget_s: float = PROOF_BUDGET_S,
-          points: int = PROOF_POINTS, wide_from: int | None = None) -> AlgebraProofResult:
+          points: int = PROOF_POINTS, wide_from: int | None = None, budget: int | None = None) -> AlgebraProofResult:
     """Try to prove (or disprove) ``ref == prod`` as real functions at a small shape.
 
     ``draws``: the identity test's draws (probe draws, then wide ones from index ``wide_from``); the
-    witness search and the cross-check use ``points`` of them, half probe, half wide."""
+    witness search and the cross-check use ``points`` of them, half probe, half wide. ``budget``: work
+    units (default :data:`PROOF_BUDGET`, read when called); ``budget_s``: the hang guard in seconds.
+    Compiled kernels run with compilation disabled throughout (their Python definition)."""
     started = time.perf_counter()
-    deadline = Deadline(budget_s)
+    budget = PROOF_BUDGET if budget is None else budget
+    deadline = Deadline(budget_s, budget)
     state: dict = {"shape": {}, "held": ()}
     try:
-        with deadline.alarm():
+        with deadline.alarm(), compilation_disabled():
             result = _prove(case, ref, prod, draws, weights, fail_floor, deadline, points, wide_from, state)
-    except SymbolicTimeout:
-        result = AlgebraProofResult("not reached", f"the proof's time budget of {budget_s:g} s ran out",
-                                    state["shape"], state["held"], "budget")
+    except SymbolicTimeout as exc:
+        if exc.kind == "work":
+            note, reason = f"the proof's work budget of {budget:,} units ran out", "budget"
+        else:
+            note, reason = (f"the proof's time guard of {budget_s:g} s ran out (a guard against a hang; the "
+                            "outcome may depend on the machine)"), "time guard"
+        result = AlgebraProofResult("not reached", note, state["shape"], state["held"], reason)
     except _NotReached as exc:
         result = AlgebraProofResult("not reached", exc.note, state["shape"], state["held"], exc.reason)
     return AlgebraProofResult(result.outcome, result.note, result.shape, result.held, result.reason,
@@ -225,10 +254,19 @@ def _prove(case, ref, prod, draws, weights, fail_floor, deadline, points, wide_f
     if not candidates:
         raise _NotReached("too large", f"every small shape tried needs more than {MAX_SYMBOLS} symbols")
 
-    # 1. the smallest shape at which both kernels run
+    # 1. the smallest shape at which both kernels run. A failure that names a probe size the shape
+    # shrank (F.rms_norm's "normalized_shape=[1024]") means a kernel closes over that size: the
+    # shapes that shrink it are not tried any more.
     failures = []
+    closed: set[int] = set()
     chosen = None
-    for small in candidates[:MAX_SHAPE_TRIES]:
+    tries = 0
+    for small in candidates:
+        if tries == MAX_SHAPE_TRIES:
+            break
+        if _shrunk(shapes, small) & closed:
+            continue
+        tries += 1
         deadline.check()
         kwargs = {k: _slice(v, small[k]) for k, v in first.items()}
         try:
@@ -236,6 +274,7 @@ def _prove(case, ref, prod, draws, weights, fail_floor, deadline, points, wide_f
             p = _real_outputs(prod[0], prod[1], kwargs)
         except Exception as exc:  # noqa: BLE001 - any failure (RealModeUnsupported included) rules this shape out
             failures.append(f"{_describe(small)}: {type(exc).__name__}: {_short(exc, 160)}")
+            closed |= _sizes_named(exc, shapes, small)
             continue
         if len(r) != len(p) or any(a.shape != b.shape for a, b in zip(r, p)):
             failures.append(f"{_describe(small)}: ref and prod return outputs of different shapes")
@@ -245,9 +284,11 @@ def _prove(case, ref, prod, draws, weights, fail_floor, deadline, points, wide_f
     if chosen is None:
         larger = (f" ({too_large} larger shapes, keeping more sizes whole, would need more than {MAX_SYMBOLS} "
                   "symbols)") if too_large else ""
+        kept = (f"; a kernel closes over size {', '.join(map(str, sorted(closed)))} (named by its error), and no "
+                f"shape keeping it whole fits in {MAX_SYMBOLS} symbols") if closed else ""
         raise _NotReached("shape",
                           f"the kernels do not run at the {len(failures)} small shapes tried (they close over a "
-                          f"probe size, or need sizes of a particular form){larger}: " + "; ".join(failures[:3]))
+                          f"probe size, or need sizes of a particular form){larger}{kept}: " + "; ".join(failures[:3]))
     state["shape"] = {k: chosen[k] for k in shapes}
     names = [case.output_name(j, len(r)) for j in range(len(r))]
 
@@ -322,6 +363,19 @@ def _prove(case, ref, prod, draws, weights, fail_floor, deadline, points, wide_f
         state["shape"], held)
 
 
+def _shrunk(shapes: dict, small: dict) -> set[int]:
+    """The probe sizes that ``small`` shrinks."""
+    return {n for k, s in shapes.items() for n, m in zip(s, small[k]) if n != m}
+
+
+def _sizes_named(exc: BaseException, shapes: dict, small: dict) -> set[int]:
+    """Probe sizes that ``small`` shrank and that the error message names (as a whole number), unless
+    the number is also a size of ``small`` (then it may name that one)."""
+    named = {int(t) for t in re.findall(r"(?<![\w.])\d+(?![\w.])", str(exc))}
+    kept = {m for s in small.values() for m in s}
+    return (named & _shrunk(shapes, small)) - kept
+
+
 def _describe(small: dict) -> str:
     return ", ".join(f"{k} {tuple(v)}" for k, v in small.items())
 
@@ -349,7 +403,7 @@ def _cross_check(sides: dict, names: list[str], real: list, subs_at: list[dict],
             for p in picks:
                 idx = flat[int(p)]
                 deadline.check()
-                got, want = _numeric(exprs[idx], subs), complex(values[idx])
+                got, want = _numeric(exprs[idx], subs, deadline=deadline), complex(values[idx])
                 if not np.isfinite(want) and not np.isfinite(got):
                     continue
                 if not abs(got - want) <= CROSS_CHECK_TOLERANCE * scale:

@@ -11,6 +11,7 @@ import html
 import json
 
 from ..certificate import Certificate
+from . import checks
 from .jsonio import to_dict
 from .text import MEANING, fmt, gate_sentences
 
@@ -50,6 +51,7 @@ def _case(cert: Certificate) -> str:
     names += [r.output for r in (*cert.bias, *cert.variance) if r.output not in names]
     for name in dict.fromkeys(names):
         parts.append(_output(cert, name))
+    parts.append(checks.html_sections(cert))  # peer rules, shape sweep, adequacy (docs/kernelbench.md)
     parts.append(_probe_and_provenance(cert))
     return "\n".join(parts)
 
@@ -58,12 +60,44 @@ def _algebra_level(cert: Certificate) -> str:
     """Which level Gate 1 reached: the symbolic proof (at which shape) or the identity test, and why."""
     a, e = cert.algebra, html.escape
     p = a.proof
+    if a.ladder is not None or a.untested_accepted:
+        return _algebra_ladder(a)
     if p is None:
         return f"<p>algebra: level {e(a.level)} (symbolic proof not attempted)</p>"
     if p.outcome == "not reached":
         return (f"<p>algebra: level {e(a.level)}; symbolic proof not reached ({e(p.reason)}, {p.seconds:.2f} s): "
                 f"{e(p.note)}</p>")
     return f"<p>algebra: level {e(a.level)}; <b>{e(p.outcome)}</b> ({p.seconds:.2f} s): {e(p.note)}</p>"
+
+
+def _algebra_ladder(a) -> str:
+    """The precision ladder's rungs and decisions, and an accepted untested algebra's limit."""
+    e = html.escape
+    parts = [f"<p>algebra: level {e(a.level_text)}</p>"]
+    lad = a.ladder
+    if lad is not None:
+        names = [o.output for o in lad.outputs]
+        head = "".join(f"<th>{e(n)}: prod / ref</th>" for n in names)
+        rows = []
+        for r in lad.rungs:
+            if not r.accepted:
+                rows.append(f"<tr><td>{e(r.dtype)}</td><td colspan='{len(names)}'>not used: {e(r.reason)}</td></tr>")
+                continue
+            cells = "".join(f"<td>{pe:.2g} / {'-' if re is None else f'{re:.2g}'}</td>"
+                            for pe, re in zip(r.prod_error, r.ref_error))
+            rows.append(f"<tr><td>{e(r.dtype)}</td>{cells}</tr>")
+        parts.append(f"<p>precision ladder: relative error against the float64 oracle ({e(lad.oracle)}), inputs on "
+                     f"the {e(lad.grid)} grid, {lad.points + lad.wide_points} points</p>"
+                     f"<table><tr><th>precision</th>{head}</tr>{''.join(rows)}</table>")
+        decided = [f"{e(o.output)}: {e(o.outcome)}, judged at {e(o.judged)}, K = {o.amplification:.3g} (&lt;= "
+                   f"{lad.rounding_multiple:g} is rounding), resolution {o.resolution:.2g} relative"
+                   for o in lad.outputs if o.judged]
+        if decided:
+            parts.append("<p>" + "<br>".join(decided) + "</p>")
+    if a.untested_accepted:
+        parts.append(f"<p><b>algebra untested, accepted</b> (Case(accept_untested_algebra=True) or "
+                     f"--accept-untested-algebra): {e(a.untested_limit)}</p>")
+    return "\n".join(parts)
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -79,6 +113,9 @@ def _diagnostics(cert: Certificate) -> str:
             for d in r.diagnostics:
                 rows.append(f"<tr><td>{html.escape(d.code)}</td><td>{gate} {html.escape(where)}</td>"
                             f"<td>{html.escape(d.message)}</td><td>{html.escape(d.remedy)}</td></tr>")
+    for d in checks.diagnostics(cert):  # adequacy and shape sweep
+        rows.append(f"<tr><td>{html.escape(d.code)}</td><td>checks</td><td>{html.escape(d.message)}</td>"
+                    f"<td>{html.escape(d.remedy)}</td></tr>")
     if not rows:
         return ""
     return ("<h3>diagnostics</h3><table class='diag'><tr><th>code</th><th>gate</th><th>what</th><th>remedy</th></tr>"
@@ -107,54 +144,42 @@ def _bias_section(cert: Certificate, b) -> str:
     return "\n".join(parts)
 
 
-def _no_tail_reason(cert: Certificate, v) -> str:
-    if v.n_infinite:
-        return f"K = inf in {v.n_infinite} replicates: the gate fails without a tail model."
-    if v.n_positive == 0:
-        return "every finite K is 0: there is no tail to fit."
-    return f"too few positive K ({v.n_positive}) for a peaks-over-threshold fit: {v.reason}"
-
-
 def _variance_section(cert: Certificate, v) -> str:
     from . import plots
+    from .terminal import error_comparison_text
 
     e = html.escape
-    t = v.tail
-    cells = {"replicates": v.replicates, "K = 0": v.n_zero, "K > 0": v.n_positive, "K = inf": v.n_infinite}
-    if v.n_undefined:
-        cells["K undefined"] = v.n_undefined
-    if t is not None:
-        cells.update({"u": f"{fmt(t.threshold)} (q{t.threshold_quantile:.3g} of the positive K)",
-                      "exceedances": t.n_exceedances, "zeta": fmt(t.exceedance_rate),
-                      "xi": f"{fmt(t.shape)} (free fit {fmt(t.shape_unconstrained)})", "sigma": fmt(t.scale),
-                      "T": fmt(t.horizon)})
-        if v.interval is not None:
-            iv = v.interval
-            cells.update({"r_T": fmt(iv.estimate),
-                          "bounds": e(f"[{fmt(iv.lower)}, U = {fmt(iv.upper)}] (profile likelihood, each one-sided "
-                                      f"{1 - iv.alpha:.5g}, xi {'free' if iv.shape_bounds[1] > 0 else '<= 0'})")})
-        if v.shape_test is not None:
-            cells["bounded-tail test"] = (f"free xi {fmt(v.shape_test.shape_free)}, p = {fmt(v.shape_test.p_value)}"
-                                          + (" (rejected)" if v.shape_test.rejects else ""))
+    cells = {"replicates": v.replicates, "harm unit": f"one {e(v.harm_format or v.dtype)} ULP at each replicate's peak",
+             "errors": e(error_comparison_text(v))}
+    iv = v.interval
+    if iv is not None:
+        cells.update({
+            "tails (prod / ref)": e(f"u = {fmt(iv.threshold_prod)} / {fmt(iv.threshold_ref)}, {iv.exceedances_prod} / "
+                                    f"{iv.exceedances_ref} exceedances, xi = {fmt(iv.shape_prod)} / {fmt(iv.shape_ref)} "
+                                    f"({iv.model}), r_T = {fmt(iv.return_level_prod)} / {fmt(iv.return_level_ref)}"),
+            "A_T": e(f"{fmt(iv.estimate)}, bounds [{fmt(iv.lower)}, U = {fmt(iv.upper)}] (profile likelihood, each "
+                     f"one-sided {1 - iv.alpha:.5g})"),
+        })
+        h = iv.heterogeneity
+        if h is not None:
+            cells["shape test"] = e(f"prod xi {fmt(h.shape_prod)} vs ref xi {fmt(h.shape_ref)}, p = {fmt(h.p_value)}"
+                                    + (" (rejected: one shape per side)" if h.rejects else ""))
         if v.threshold_stability:
-            cells["threshold stability"] = ", ".join(f"r_T {fmt(r)} at q{q:g}" for q, r in v.threshold_stability)
-        cells["report's rule"] = f"r_T + 3 se = {fmt(t.return_level)} + 3 x {fmt(t.standard_error)} = {fmt(t.upper_bound)}"
+            cells["threshold stability"] = ", ".join(f"A_T {fmt(r)} at q{q:g}" for q, r in v.threshold_stability)
         cells["stopping"] = e(v.stopping_rule)
+    t = v.tail
+    report = f"K = 0: {v.n_zero}, K > 0: {v.n_positive}, K = inf: {v.n_infinite}"
+    if t is not None:
+        report += f"; r_T + 3 se = {fmt(t.return_level)} + 3 x {fmt(t.standard_error)} = {fmt(t.upper_bound)}"
+    cells["report's K (comparison)"] = e(report)
     row = "".join(f"<tr><th>{k}</th><td>{val}</td></tr>" for k, val in cells.items())
     parts = [f"<h4>variance gate {_badge(v.verdict.value)}</h4><p>{e(v.reason)}</p>",
-             _img(plots.k_histogram(v), f"K histogram of {v.output}"), f"<table>{row}</table>"]
-    if t is None:
-        parts.append(f"<p class='note'>no tail fit, no tail diagnostics: {e(_no_tail_reason(cert, v))}</p>")
-    else:
-        figures = (("threshold stability", plots.threshold_stability,
-                    "shape and modified scale should be flat around the chosen u"),
-                   ("mean residual life", plots.mean_residual_life, "mean excess should be linear above u"),
-                   ("QQ plot", plots.qq, "exceedances against the fitted GPD: points near the diagonal"),
-                   ("return level", plots.return_levels,
-                    "r_T against the horizon, 95% bootstrap band, the report's r_T + 3 se, and U (profile likelihood) at the declared T"))
-        cells = "".join(f"<figure>{_img(fn(v), name)}<figcaption>{e(name)}: {e(cap)}</figcaption></figure>"
-                        for name, fn, cap in figures)
-        parts.append(f"<h4>tail diagnostics</h4><div class='grid'>{cells}</div>")
+             _img(plots.error_tails(v), f"error tails of {v.output}"), f"<table>{row}</table>"]
+    if iv is not None:
+        parts.append(f"<figure>{_img(plots.tail_qq(v), 'QQ plots')}<figcaption>each side's exceedances against its "
+                     f"fitted GPD: points near the diagonal</figcaption></figure>")
+    parts.append(f"<details><summary>the report's per-replicate ratio K (for comparison)</summary>"
+                 f"{_img(plots.k_histogram(v), f'K histogram of {v.output}')}</details>")
     return "\n".join(parts)
 
 
@@ -224,6 +249,7 @@ def _probe_and_provenance(cert: Certificate) -> str:
              "platform": f"{env.get('platform', '-')} ({env.get('cpu', '-')})"}
     parts.append("<table>" + "".join(f"<tr><th>{k}</th><td>{e(str(v))}</td></tr>" for k, v in facts.items())
                  + "</table>")
+    parts.extend(f"<p>note: {e(note)}</p>" for note in cert.notes)
     parts.append(f"<p>reproduce: <code>{e(p.command)}</code></p>")
     prov = json.dumps(to_dict(cert)["provenance"], indent=1)
     parts.append(f"<details><summary>provenance</summary><pre>{e(prov)}</pre></details>")

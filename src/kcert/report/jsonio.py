@@ -13,8 +13,9 @@ from dataclasses import asdict
 import numpy as np
 
 from ..certificate import BiasResult, BitwiseResult, Certificate, VarianceResult
-from ..gates.variance import ASSUMPTIONS
+from ..gates.variance import ASSUMPTIONS, fail_estimate
 from ..verdict import Verdict
+from . import checks
 
 SCHEMA = "kcert.certificate/1"
 _REASON_CODES = {0: "not_significant", 1: "under_effect_floor", 2: "under_ulp_floor", 3: "attributed_to_ref",
@@ -64,6 +65,7 @@ def _bias(b: BiasResult) -> dict:
         "horizon_covered": number(b.horizon_covered),
         "replicates_for_horizon": b.replicates_for_horizon,
         "attribution": b.attribution,
+        "harm_format": b.harm_format,
         "failing_buckets": b.count(Verdict.FAIL),
         "warning_buckets": b.count(Verdict.WARN),
         "nonfinite": {"prod": b.nonfinite_prod, "ref": b.nonfinite_ref, "replicates": list(b.nonfinite_replicates)},
@@ -84,62 +86,77 @@ def _finding(f) -> dict:
     return d
 
 
-def _variance(v: VarianceResult) -> dict:
+def _tail_ratio(v: VarianceResult) -> dict | None:
+    """The bound the variance verdict rests on (docs/json-schema.md, "variance")."""
+    iv = v.interval
+    if iv is None:
+        return None
+    h = iv.heterogeneity
+    return {
+        "estimate": number(iv.estimate), "common_shape_estimate": number(iv.common_estimate),
+        "separate_shapes_estimate": number(iv.separate_estimate),
+        "fail_estimate": number(fail_estimate(iv, v.thresholds)),
+        "lower": number(iv.lower), "upper": number(iv.upper), "alpha": iv.alpha, "deviance": number(iv.deviance),
+        "model": iv.model, "slack": iv.slack, "shape_bounds": [number(x) for x in iv.shape_bounds],
+        "prod": {"threshold": number(iv.threshold_prod), "exceedances": iv.exceedances_prod,
+                 "shape": number(iv.shape_prod), "scale": number(iv.scale_prod),
+                 "return_level": number(iv.return_level_prod)},
+        "ref": {"threshold": number(iv.threshold_ref), "exceedances": iv.exceedances_ref,
+                "shape": number(iv.shape_ref), "scale": number(iv.scale_ref),
+                "return_level": number(iv.return_level_ref)},
+        "heterogeneity_test": None if h is None else {
+            "statistic": number(h.statistic), "p_value": number(h.p_value), "shape_prod": number(h.shape_prod),
+            "shape_ref": number(h.shape_ref), "shape_common": number(h.shape_common), "level": h.level,
+            "rejects": h.rejects},
+        "threshold_stability": [{"quantile": q, "estimate": number(r)} for q, r in v.threshold_stability],
+        "confirmation": None if v.confirmation is None else [number(r) for r in v.confirmation],
+        "assumptions": list(ASSUMPTIONS),
+    }
+
+
+def _report_tail(v: VarianceResult) -> dict | None:
+    """The report's fit of K and its U = r_T + 3 se, kept for comparison."""
     t = v.tail
-    tail = None
-    if t is not None:
-        tail = {
-            "threshold": number(t.threshold),
-            "threshold_quantile": t.threshold_quantile,
-            "exceedances": t.n_exceedances,
-            "exceedance_rate": number(t.exceedance_rate),
-            "shape": number(t.shape),
-            "scale": number(t.scale),
-            "shape_unconstrained": number(t.shape_unconstrained),
-            "scale_unconstrained": number(t.scale_unconstrained),
-            "shape_bounds": [number(x) for x in t.shape_bounds],
-            "return_level": number(t.return_level),
-            "standard_error": number(t.standard_error),
-            "upper_bound": number(t.upper_bound),
-            "horizon_too_short": bool(t.horizon_too_short),
-            "bootstrap": t.bootstrap,
-            "assumptions": list(ASSUMPTIONS),
-        }
-        if v.interval is not None:
-            iv = v.interval
-            tail["profile"] = {
-                "estimate": number(iv.estimate), "lower": number(iv.lower), "upper": number(iv.upper),
-                "alpha": iv.alpha, "deviance": number(iv.deviance),
-                "shape_bounds": [number(x) for x in iv.shape_bounds], "shape": number(iv.shape),
-                "scale": number(iv.scale), "rate": number(iv.rate),
-                "bounded_upper": None if v.bounded_interval is None else number(v.bounded_interval.upper),
-            }
-        if v.shape_test is not None:
-            st = v.shape_test
-            tail["shape_test"] = {"statistic": number(st.statistic), "p_value": number(st.p_value),
-                                  "shape_free": number(st.shape_free), "rejects": st.rejects}
-        tail["threshold_stability"] = [{"quantile": q, "return_level": number(r)} for q, r in v.threshold_stability]
-        tail["confirmation"] = None if v.confirmation is None else [number(r) for r in v.confirmation]
+    if t is None:
+        return None
+    return {
+        "threshold": number(t.threshold), "threshold_quantile": t.threshold_quantile, "exceedances": t.n_exceedances,
+        "exceedance_rate": number(t.exceedance_rate), "shape": number(t.shape), "scale": number(t.scale),
+        "shape_bounds": [number(x) for x in t.shape_bounds], "return_level": number(t.return_level),
+        "standard_error": number(t.standard_error), "upper_bound": number(t.upper_bound),
+        "horizon_too_short": bool(t.horizon_too_short), "bootstrap": t.bootstrap,
+    }
+
+
+def _variance(v: VarianceResult) -> dict:
+    th = v.thresholds
     return {
         "output": v.output,
         "dtype": v.dtype,
+        "harm_format": v.harm_format,
         "verdict": v.verdict.value,
         "reason": v.reason,
         "horizon": v.horizon,
-        "thresholds": {"warn": v.thresholds.warn, "fail": v.thresholds.fail,
-                       "threshold_quantile": v.thresholds.threshold_quantile,
-                       "min_exceedances": v.thresholds.min_exceedances, "bootstrap": v.thresholds.bootstrap,
-                       "alpha": v.thresholds.alpha, "shape_test_level": v.thresholds.shape_test_level},
+        "thresholds": {"warn": th.warn, "fail": th.fail, "threshold_quantile": th.threshold_quantile,
+                       "min_exceedances": th.min_exceedances, "bootstrap": th.bootstrap, "alpha": th.alpha,
+                       "heterogeneity_level": th.heterogeneity_level, "fail_on": th.fail_on, "slack": th.slack,
+                       "separate_fail_level": th.separate_fail_level},
         "stopping_rule": v.stopping_rule,
         "replicates": v.replicates,
         "looks": list(v.looks),
+        "errors": {
+            "prod": numbers(v.error_prod), "ref": numbers(v.error_ref), "epsilon": numbers(v.epsilon),
+            "prod_quantiles": {str(q): number(x) for q, x in v.error_summary("prod").items()},
+            "ref_quantiles": {str(q): number(x) for q, x in v.error_summary("ref").items()},
+            "prod_closer_share": number(v.prod_closer_share), "tied_share": number(v.prod_tied_share),
+        },
+        "tail_ratio": _tail_ratio(v),
         "k": {
             "zero": v.n_zero, "positive": v.n_positive, "infinite": v.n_infinite, "undefined": v.n_undefined,
             "quantiles": {str(q): number(x) for q, x in v.quantiles().items()},
             "values": numbers(v.amplification),
         },
-        "errors": {"prod": numbers(v.error_prod), "ref": numbers(v.error_ref), "epsilon": numbers(v.epsilon)},
-        "tail": tail,
+        "tail": _report_tail(v),
         "diagnostics": [d.to_dict() for d in v.diagnostics],
     }
 
@@ -153,6 +170,23 @@ def _proof(p) -> dict | None:
         witness = {k: number(v) if isinstance(v, float) else v for k, v in p.witness.items()}
     return {"outcome": p.outcome, "reason": p.reason, "note": p.note,
             "shape": {k: list(v) for k, v in p.shape.items()}, "held": list(p.held), "witness": witness}
+
+
+def _ladder(lad) -> dict | None:
+    """Gate 1's precision ladder (None: not run)."""
+    if lad is None:
+        return None
+    return {
+        "oracle": lad.oracle, "grid": lad.grid, "working_dtype": lad.working_dtype, "points": lad.points,
+        "wide_points": lad.wide_points, "rounding_multiple": lad.rounding_multiple,
+        "rungs": [{"dtype": r.dtype, "accepted": r.accepted, "reason": r.reason,
+                   "prod_error": [number(v) for v in r.prod_error], "ref_error": [number(v) for v in r.ref_error],
+                   "output_dtypes": list(r.output_dtypes), "ref_reason": r.ref_reason} for r in lad.rungs],
+        "outputs": [{"output": o.output, "outcome": o.outcome, "judged": o.judged,
+                     "amplification": number(o.amplification), "resolution": number(o.resolution),
+                     "error": number(o.error),
+                     "yardsticks": [number(v) for v in o.yardsticks]} for o in lad.outputs],
+    }
 
 
 def _bitwise(b: BitwiseResult) -> dict:
@@ -214,16 +248,22 @@ def to_dict(cert: Certificate) -> dict:
                 ],
                 "diagnostics": [d.to_dict() for d in a.diagnostics],
                 "proof": _proof(a.proof),
+                "level_text": a.level_text,
+                "ladder": _ladder(a.ladder),
+                "untested_accepted": a.untested_accepted,
+                "untested_limit": a.untested_limit,
             },
             "bias": bias,
             "variance": variance,
         },
         "bitwise": [_bitwise(b) for b in cert.bitwise],
+        **checks.to_json(cert),  # adequacy, peer_rules, shape_sweep (docs/kernelbench.md)
         "outputs": [
             {"name": o.name, "shape": list(o.shape), "dtype": o.dtype, "prod_dtype": o.prod_dtype,
              "buckets": o.buckets, "bucketing": o.bucketing}
             for o in cert.outputs
         ],
+        "notes": list(cert.notes),
         "provenance": {
             "seed": p.seed,
             "replicates": p.replicates,

@@ -1,8 +1,7 @@
 """Figures of the HTML report: each a plain function that reads result objects and returns PNG bytes.
 
-Plots only read results (DESIGN.md section 3). Quantities the diagnostics need beyond what a result
-stores (fits at other thresholds, mean excess, GPD quantiles, return-level bands) come from
-:mod:`kcert.stats.tail`, computed on the result's stored K sample. matplotlib is imported lazily, and
+Plots only read results. Quantities the diagnostics need beyond what a result stores (GPD quantiles,
+return-level curves) come from :mod:`kcert.stats.tail`, computed on the result's stored errors. matplotlib is imported lazily, and
 through :class:`matplotlib.figure.Figure` with the Agg canvas only: no pyplot, no global state.
 """
 
@@ -18,11 +17,9 @@ from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, PASS, WARN
 
 __all__ = [
     "bias_effects",
+    "error_tails",
     "k_histogram",
-    "mean_residual_life",
-    "qq",
-    "return_levels",
-    "threshold_stability",
+    "tail_qq",
     "ulp_distances",
 ]
 
@@ -50,12 +47,6 @@ def _style(ax) -> None:
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-
-
-def _tail_of(result: VarianceResult) -> tailstats.TailFitResult:
-    if result.tail is None:
-        raise ValueError(f"variance result for {result.output!r} has no tail fit: {result.reason}")
-    return result.tail
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,6 +145,99 @@ def _mark_threshold(ax, u: float, label: str = "u", vertical: bool = True) -> No
         ax.text(u, 0.98, f" {label}", transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="#8250df")
 
 
+def _units(result: VarianceResult, side: str) -> np.ndarray:
+    units = result.error_prod_units if side == "prod" else result.error_ref_units
+    if units is None:
+        units = (result.error_prod if side == "prod" else result.error_ref) / result.epsilon
+    return units[np.isfinite(units)]
+
+
+def _gpd_curve(threshold, rate, shape, scale, horizons):
+    """The return level at each horizon (``return_level`` takes one horizon at a time)."""
+    return np.array([float(tailstats.return_level(threshold, rate, h, shape, scale)) for h in horizons])
+
+
+def error_tails(result: VarianceResult) -> bytes:
+    """Left: the distributions of prod's and ref's errors against the oracle (harm units). Right: each
+    side's observed errors at their return periods (the i-th largest of N: once in N/i calls), the fitted
+    GPD return-level curves out past the horizon, the return levels at T and the tail ratio's bound."""
+    a, b = _units(result, "prod"), _units(result, "ref")
+    unit = f"{result.harm_format} ULP" if result.harm_format else "harm units"
+    fig = _figure(11, 3.6)
+    left, right = fig.subplots(1, 2)
+    for ax in (left, right):
+        _style(ax)
+    both = np.concatenate([a, b])
+    positive = both[both > 0]
+    if positive.size:
+        lo, hi = float(positive.min()), float(positive.max())
+        bins = np.geomspace(lo, hi, 40) if hi > 100 * lo else np.linspace(0.0, hi, 40)
+        left.hist(b, bins=bins, color=COLOURS["REF"], alpha=0.6, label=f"ref (median {np.median(b):.3g})")
+        left.hist(a, bins=bins, color="#0969da", alpha=0.6, label=f"prod (median {np.median(a):.3g})",
+                  histtype="stepfilled")
+        if hi > 100 * lo:
+            left.set_xscale("log")
+        left.axvline(result.thresholds.slack, color=COLOURS["GREY"], linestyle=":", linewidth=1)
+        left.legend(fontsize=8, frameon=False)
+    closer = result.prod_closer_share
+    left.set_title("errors per replicate" + (f"; prod closer in {100 * closer:.3g}%" if closer is not None else ""),
+                   fontsize=9, loc="left")
+    left.set_xlabel(f"max |out - oracle| ({unit})", fontsize=9)
+    left.set_ylabel("replicates", fontsize=9)
+
+    iv = result.interval
+    for x, name, colour in ((b, "ref", COLOURS["REF"]), (a, "prod", "#0969da")):
+        xs = np.sort(x)[::-1]
+        xs = xs[xs > 0][:200]
+        period = x.size / np.arange(1, xs.size + 1)
+        right.plot(period, xs, "o", color=colour, markersize=3, label=f"{name} observed")
+    if iv is not None:
+        horizons = np.geomspace(1.0 / max(iv.exceedances_prod / a.size, 1e-12), 10.0 * iv.horizon, 60)
+        for name, u, n, shape, scale, colour in (
+                ("prod", iv.threshold_prod, iv.exceedances_prod, iv.shape_prod, iv.scale_prod, "#0969da"),
+                ("ref", iv.threshold_ref, iv.exceedances_ref, iv.shape_ref, iv.scale_ref, COLOURS["REF"])):
+            right.plot(horizons, _gpd_curve(u, n / a.size, shape, scale, horizons), "-", color=colour, linewidth=1.3,
+                       label=f"{name} GPD fit (xi = {shape:.2g})")
+        right.axvline(iv.horizon, color="#8250df", linestyle=":", linewidth=1.3)
+        right.plot([iv.horizon] * 2, [iv.return_level_prod, iv.return_level_ref], "D", color="#8250df", markersize=5)
+        right.set_title(f"return levels at T = {iv.horizon:.3g}: A_T = {iv.estimate:.3g}, U = {iv.upper:.3g} "
+                        f"({iv.model})", fontsize=9, loc="left")
+    else:
+        right.set_title("no tail fit: " + result.reason[:80], fontsize=9, loc="left")
+    right.set_xscale("log")
+    right.set_xlabel("calls (return period)", fontsize=9)
+    right.set_ylabel(f"error ({unit})", fontsize=9)
+    right.legend(fontsize=8, frameon=False, loc="upper left")
+    fig.suptitle(f"variance · {result.output}: prod's and ref's error tails against the float64 oracle", fontsize=10,
+                 x=0.01, ha="left")
+    return _png(fig)
+
+
+def tail_qq(result: VarianceResult) -> bytes:
+    """Each side's exceedances over its threshold against the quantiles of its fitted GPD."""
+    iv = result.interval
+    if iv is None:
+        raise ValueError(f"variance result for {result.output!r} has no tail fit: {result.reason}")
+    fig = _figure(8, 3.6)
+    axes = fig.subplots(1, 2)
+    for ax, side, u, shape, scale in ((axes[0], "prod", iv.threshold_prod, iv.shape_prod, iv.scale_prod),
+                                      (axes[1], "ref", iv.threshold_ref, iv.shape_ref, iv.scale_ref)):
+        _style(ax)
+        x = _units(result, side)
+        y = np.sort(x[x > u] - u)
+        p = (np.arange(1, y.size + 1) - 0.5) / y.size
+        model = tailstats.gpd_quantile(p, shape, scale)
+        top = float(max(model.max(), y.max())) * 1.05 if y.size else 1.0
+        ax.plot([0, top], [0, top], "--", color=COLOURS["GREY"], linewidth=1)
+        ax.plot(model, y, "o", color="#0969da" if side == "prod" else COLOURS["REF"], markersize=3.5)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_title(f"{side}: {y.size} exceedances over u = {u:.3g}", fontsize=9, loc="left")
+        ax.set_xlabel(f"GPD quantile (xi = {shape:.3g}, sigma = {scale:.3g})", fontsize=9)
+        ax.set_ylabel("observed excess", fontsize=9)
+    return _png(fig)
+
+
 def k_histogram(result: VarianceResult) -> bytes:
     """Counts of K = 0, K = inf and undefined K beside the histogram of the positive finite K, with the
     tail threshold u and the WARN / FAIL lines."""
@@ -199,115 +283,6 @@ def k_histogram(result: VarianceResult) -> bytes:
     note += f"; K = inf: {result.n_infinite})" if result.n_infinite else ")"
     right.set_title(note, fontsize=10, loc="left")
     fig.suptitle(f"variance · {result.output}: amplification ratio K per replicate", fontsize=10, x=0.01, ha="left")
-    return _png(fig)
-
-
-def _stability_quantiles(t: tailstats.TailFitResult) -> np.ndarray:
-    n = t.n_positive
-    top = min(0.98, 1.0 - 10.0 / n) if n else t.threshold_quantile
-    top = max(top, t.threshold_quantile)
-    bottom = min(0.5, t.threshold_quantile)
-    return np.unique(np.concatenate([np.linspace(bottom, top, 30), [t.threshold_quantile]]))
-
-
-def threshold_stability(result: VarianceResult) -> bytes:
-    """Fitted shape and modified scale (sigma - xi*u) as the threshold moves over quantiles of the
-    positive K, with the chosen u marked: both flat above a threshold where the GPD holds."""
-    t = _tail_of(result)
-    st = tailstats.threshold_stability(t.sample, _stability_quantiles(t))
-    fig = _figure(5.6, 4.2)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    ok = np.isfinite(st.shapes)
-    for ax, y, name in ((top, st.shapes, "shape xi"), (bottom, st.modified_scales, "sigma - xi*u")):
-        _style(ax)
-        ax.plot(st.thresholds[ok], y[ok], "o-", color="#0969da", markersize=3.5, linewidth=1.2)
-        ax.set_ylabel(name, fontsize=9)
-        _mark_threshold(ax, t.threshold, f"u (q{t.threshold_quantile:.2f})" if ax is top else "")
-    top.plot([t.threshold], [t.shape_unconstrained], "D", color="#8250df", markersize=6)
-    top.axhline(0.0, color="#1f2328", linewidth=0.7)
-    lo, hi = st.shape_bounds
-    top.set_title(f"threshold stability (free fits, xi in [{lo:g}, {hi:g}]; verdict fit {t.shape_bounds})",
-                  fontsize=9, loc="left")
-    bottom.set_xlabel(f"threshold (q{st.quantiles[0]:.2f} to q{st.quantiles[-1]:.2f} of the positive K)", fontsize=9)
-    return _png(fig)
-
-
-def mean_residual_life(result: VarianceResult) -> bytes:
-    """Mean excess e(u) = mean(K - u | K > u) against u with a 95% band: linear above a good threshold."""
-    t = _tail_of(result)
-    positive = np.sort(t.sample[t.sample > 0])
-    top = positive[-6] if positive.size > 6 else positive[-1]
-    me = tailstats.mean_excess(t.sample, np.linspace(0.0, float(top), 60))
-    lo, hi = me.confidence_interval(0.95)
-    fig = _figure(5.6, 4.2)
-    ax = fig.subplots()
-    _style(ax)
-    ok = np.isfinite(me.mean_excess)
-    band = ok & np.isfinite(lo)
-    ax.fill_between(me.thresholds[band], lo[band], hi[band], color="#0969da", alpha=0.18, linewidth=0, label="95% band")
-    ax.plot(me.thresholds[ok], me.mean_excess[ok], "-", color="#0969da", linewidth=1.5, label="mean excess")
-    _mark_threshold(ax, t.threshold, f"u = {t.threshold:.3g}")
-    ax.set_xlabel("threshold u", fontsize=9)
-    ax.set_ylabel("mean(K - u | K > u)", fontsize=9)
-    ax.set_title("mean residual life", fontsize=9, loc="left")
-    ax.legend(fontsize=8, frameon=False, loc="lower left")
-    return _png(fig)
-
-
-def qq(result: VarianceResult) -> bytes:
-    """Exceedances K - u against the quantiles of the fitted GPD (the verdict's fit)."""
-    t = _tail_of(result)
-    model, empirical = t.qq_points()
-    fig = _figure(5.6, 4.2)
-    ax = fig.subplots()
-    _style(ax)
-    top = float(max(model.max(), empirical.max())) * 1.05
-    ax.plot([0, top], [0, top], "--", color=COLOURS["GREY"], linewidth=1, label="y = x")
-    ax.plot(model, empirical, "o", color="#0969da", markersize=4, label=f"{t.n_exceedances} exceedances")
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
-    ax.set_xlabel(f"GPD quantile (xi = {t.shape:.3g}, sigma = {t.scale:.3g})", fontsize=9)
-    ax.set_ylabel("observed K - u", fontsize=9)
-    ax.set_title("QQ plot of the exceedances", fontsize=9, loc="left")
-    ax.legend(fontsize=8, frameon=False, loc="upper left")
-    return _png(fig)
-
-
-def return_levels(result: VarianceResult) -> bytes:
-    """Return level r_T against the horizon T (log axis): the fit, the 95% bootstrap band, r_T + 3 se,
-    the empirical return levels of the sample, the WARN / FAIL lines and the declared horizon."""
-    t = _tail_of(result)
-    start = 1.0 / t.exceedance_rate
-    end = max(100.0 * t.horizon, 10.0 * start)
-    horizons = np.geomspace(start, end, 80)
-    fit, lo, hi, bound = t.return_level_curve(horizons)
-    fig = _figure(5.6, 4.2)
-    ax = fig.subplots()
-    _style(ax)
-    ax.fill_between(horizons, lo, hi, color="#0969da", alpha=0.18, linewidth=0, label="95% bootstrap band")
-    ax.plot(horizons, fit, "-", color="#0969da", linewidth=1.5, label="r_T (fit)")
-    ax.plot(horizons, bound, "--", color="#0550ae", linewidth=1, label="report's r_T + 3 se")
-    k = np.sort(t.sample[t.sample > t.threshold])[::-1]
-    period = t.n_total / np.arange(1, k.size + 1)  # the i-th largest K: once in n/i replicates
-    ax.plot(period, k, "o", color="#1f2328", markersize=3, label="observed K")
-    th = result.thresholds
-    u_profile = result.upper_bound if result.upper_bound is not None else t.upper_bound
-    top = max(float(np.nanmax(bound)), float(k.max()), u_profile if np.isfinite(u_profile) else 0.0)
-    for level, name in ((th.warn, "WARN"), (th.fail, "FAIL")):
-        if level <= 1.5 * top:
-            ax.axhline(level, color=COLOURS[name], linestyle="--", linewidth=1)
-            ax.text(0.99, level, f"{name} {level:g}", transform=ax.get_yaxis_transform(), va="bottom", ha="right",
-                    fontsize=8, color=COLOURS[name])
-    ax.axvline(t.horizon, color="#8250df", linestyle=":", linewidth=1.3)
-    ax.text(t.horizon, 0.98, f" T = {t.horizon:.3g}", transform=ax.get_xaxis_transform(), fontsize=8, va="top",
-            color="#8250df")
-    if np.isfinite(u_profile):
-        ax.plot([t.horizon], [u_profile], "D", color="#8250df", markersize=6, label="U (profile likelihood)")
-    ax.set_xscale("log")
-    ax.set_xlabel("horizon T (calls)", fontsize=9)
-    ax.set_ylabel("return level of K", fontsize=9)
-    ax.set_title(f"return level: U = {u_profile:.3g} at T = {t.horizon:.3g}", fontsize=9, loc="left")
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
     return _png(fig)
 
 

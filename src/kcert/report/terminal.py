@@ -1,4 +1,4 @@
-"""Terminal summary (rich): verdicts up top, then the diagnosis of METHOD.md section 5."""
+"""Terminal summary (rich): verdicts up top, then the diagnosis of docs/method.md."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ..certificate import (
 )
 from ..gates.variance import ASSUMPTIONS
 from ..verdict import Verdict
+from . import checks
 from .text import MEANING, fmt, gate_sentences
 
 STYLE = {Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.FAIL: "bold red", Verdict.SKIPPED: "bold magenta"}
@@ -65,45 +66,85 @@ def _bias(b: BiasResult, limit: int) -> Group:
     return Group(*rows)
 
 
+def error_comparison_text(v: VarianceResult) -> str:
+    """prod's and ref's errors against the oracle in harm ULPs, and how often prod is closer."""
+    p, r = v.error_summary("prod"), v.error_summary("ref")
+    closer, tied = v.prod_closer_share, v.prod_tied_share
+    share = "" if closer is None else (f"; prod closer to the oracle in {100 * closer:.3g}% of replicates"
+                                       + (f" (tied in {100 * tied:.3g}%)" if tied else ""))
+    unit = f"{v.harm_format} ULP" if v.harm_format else "harm units"
+    return (f"error vs float64 ({unit}, median / q99 / max): prod {fmt(p[0.5])} / {fmt(p[0.99])} / {fmt(p[1.0])}, "
+            f"ref {fmt(r[0.5])} / {fmt(r[0.99])} / {fmt(r[1.0])}{share}")
+
+
 def _variance(v: VarianceResult) -> Group:
-    q = v.quantiles()
+    harm = f", harm unit 1 {v.harm_format} ULP" if v.harm_format and v.harm_format != v.dtype else ""
     lines = [
-        Text(f"variance · {v.output} ({v.dtype}) · R = {v.replicates} · T = {v.horizon:.3g}", style="bold"),
-        Text(f"K: {v.n_zero} zero, {v.n_positive} positive, {v.n_infinite} infinite, {v.n_undefined} undefined; "
-             f"median {fmt(q[0.5])}, q90 {fmt(q[0.9])}, q99 {fmt(q[0.99])}, max {fmt(q[1.0])}"),
+        Text(f"variance · {v.output} ({v.dtype}{harm}) · R = {v.replicates} · T = {v.horizon:.3g}", style="bold"),
+        Text(error_comparison_text(v)),
     ]
-    t = v.tail
-    if t is not None:
+    iv = v.interval
+    if iv is not None:
         lines.append(Text(
-            f"tail: u = {fmt(t.threshold)} (q{t.threshold_quantile:.3g} of positive K), {t.n_exceedances} exceedances, "
-            f"zeta = {fmt(t.exceedance_rate)}, xi = {fmt(t.shape)} (free fit {fmt(t.shape_unconstrained)}), "
-            f"sigma = {fmt(t.scale)}"
-        ))
-        iv = v.interval
-        if iv is not None:
-            shape = "free" if iv.shape_bounds[1] > 0 else "<= 0"
-            lines.append(Text(
-                f"r_T = {fmt(iv.estimate)}, bounds [{fmt(iv.lower)}, U = {fmt(iv.upper)}] (profile likelihood, xi {shape}, "
-                f"each one-sided {1 - iv.alpha:.5g}; PASS <= {v.thresholds.warn:g}, FAIL > {v.thresholds.fail:g})"))
-        if v.shape_test is not None:
-            st = v.shape_test
-            lines.append(Text(f"bounded-tail test: free xi = {fmt(st.shape_free)}, LR = {fmt(st.statistic)}, "
-                              f"p = {fmt(st.p_value)}" + (" (rejected)" if st.rejects else "")))
+            f"tails: u = {fmt(iv.threshold_prod)} / {fmt(iv.threshold_ref)} (prod / ref, q of positive errors), "
+            f"{iv.exceedances_prod} / {iv.exceedances_ref} exceedances, xi = {fmt(iv.shape_prod)} / {fmt(iv.shape_ref)} "
+            f"({iv.model}), r_T = {fmt(iv.return_level_prod)} / {fmt(iv.return_level_ref)}"))
+        lines.append(Text(
+            f"A_T = max(0, r_T prod - {iv.slack:g}) / r_T ref = {fmt(iv.estimate)}, bounds [{fmt(iv.lower)}, "
+            f"U = {fmt(iv.upper)}] (profile likelihood, each one-sided {1 - iv.alpha:.5g}; PASS <= "
+            f"{v.thresholds.warn:g}, FAIL > {v.thresholds.fail:g})"))
+        h = iv.heterogeneity
+        if h is not None:
+            lines.append(Text(f"shape test (prod heavier than ref?): xi {fmt(h.shape_prod)} vs {fmt(h.shape_ref)}, "
+                              f"LR = {fmt(h.statistic)}, p = {fmt(h.p_value)}" + (" (rejected)" if h.rejects else "")))
         if v.threshold_stability:
-            lines.append(Text("threshold stability: r_T = " + ", ".join(
+            lines.append(Text("threshold stability: A_T = " + ", ".join(
                 f"{fmt(r)} at q{q:g}" for q, r in v.threshold_stability)))
-        lines.append(Text(f"report's rule (for comparison): r_T + 3 se = {fmt(t.return_level)} + 3 x "
-                          f"{fmt(t.standard_error)} = {fmt(t.upper_bound)}", style="dim"))
         lines.append(Text(f"stopping: {v.stopping_rule}", style="dim"))
         lines.append(Text("assumed: " + "; ".join(ASSUMPTIONS), style="dim"))
+    t = v.tail
+    q = v.quantiles()
+    report = (f"report's K = (E_prod - eps) / E_ref (for comparison): {v.n_zero} zero, {v.n_positive} positive, "
+              f"{v.n_infinite} infinite; median {fmt(q[0.5])}, q99 {fmt(q[0.99])}, max {fmt(q[1.0])}")
+    if t is not None:
+        report += (f"; r_T + 3 se = {fmt(t.return_level)} + 3 x {fmt(t.standard_error)} = {fmt(t.upper_bound)}")
+    lines.append(Text(report, style="dim"))
     lines.append(Text(v.reason))
     return Group(*lines)
 
 
+# Mantissa bits per output format: beyond 2**(bits + 6) ULPs, two values of one sign differ by more
+# than a factor 2**64, which no pair of outputs of one function does; such distances are pairs
+# across or at zero (a sign flip, or one side 0 or subnormal), not large errors.
+_MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23, "float64": 52}
+_FAR_OFFSET = 6
+_FIRST_DISTANCE_BIN = 3  # bin k >= 3 holds distances (2**(k-2), 2**(k-1)]
+
+
+def zero_crossing_bins(dtype: str, bins: int) -> range:
+    """The histogram bins (finite distances) that hold pairs across or at zero for ``dtype``."""
+    bits = _MANTISSA_BITS.get(dtype)
+    if bits is None:
+        return range(0)
+    first = max(_FIRST_DISTANCE_BIN, bits + _FAR_OFFSET + 2)
+    return range(first, bins - 1)  # the last bin is the non-finite one
+
+
 def ulp_histogram_text(b: BitwiseResult) -> str:
-    """The non-empty ULP-distance bins as shares of the elements: ``0: 76.7% · 1: 23.3%``."""
+    """The non-empty ULP-distance bins as shares of the elements: ``0: 76.7% · 1: 23.3%``; the
+    distances only a pair across or at zero can have (bf16: above 8192 ULPs) are summed apart, so a
+    sign flip around zero does not read as a huge error."""
     total = b.elements
-    return " · ".join(f"{label}: {100 * c / total:.3g}%" for label, c in zip(b.bin_labels, b.ulp_histogram) if c)
+    far = zero_crossing_bins(b.dtype, len(b.ulp_histogram))
+    text = " · ".join(f"{label}: {100 * c / total:.3g}%" for k, (label, c) in
+                      enumerate(zip(b.bin_labels, b.ulp_histogram)) if c and k not in far)
+    crossing = int(sum(b.ulp_histogram[k] for k in far))
+    if crossing:
+        limit = 2 ** (_MANTISSA_BITS[b.dtype] + _FAR_OFFSET)
+        text += (f"; across or at zero: {100 * crossing / total:.3g}% ({crossing:,} elements beyond {limit} ULPs: "
+                 f"a sign flip, or one side 0 or subnormal; two {b.dtype} values of one sign that far apart "
+                 f"differ by more than 2^64x)")
+    return text
 
 
 def _bitwise(b: BitwiseResult) -> Group:
@@ -142,6 +183,26 @@ def _algebra_level(a: AlgebraResult) -> Text:
     return Text(f"algebra · level {a.level} · {detail}", style="bold" if a.level == "proof" else "dim")
 
 
+def _algebra_ladder(a: AlgebraResult) -> Group:
+    """The precision ladder: each precision tried, prod's and ref's error against the oracle, and the
+    decision per output (docs/method.md, "The precision ladder")."""
+    lad = a.ladder
+    lines = [Text(f"algebra · level {a.level_text} · oracle {lad.oracle}, inputs on the {lad.grid} grid, "
+                  f"{lad.points + lad.wide_points} points", style="bold" if a.level == "precision ladder" else "dim")]
+    for r in lad.rungs:
+        if not r.accepted:
+            lines.append(Text(f"  {r.dtype}: not used: {r.reason}", style="dim"))
+            continue
+        errs = ", ".join(f"{o} prod {pe:.2g} / ref {'-' if re is None else f'{re:.2g}'}"
+                         for o, pe, re in zip((x.output for x in lad.outputs), r.prod_error, r.ref_error))
+        lines.append(Text(f"  {r.dtype}: {errs}", style="dim"))
+    for o in lad.outputs:
+        if o.judged:
+            lines.append(Text(f"  {o.output}: {o.outcome}, judged at {o.judged}, K = {o.amplification:.3g} "
+                              f"(<= {lad.rounding_multiple:g} is rounding), resolution {o.resolution:.2g} relative"))
+    return Group(*lines)
+
+
 def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     head = Text.assemble(
         ("kcert · ", "bold"), (cert.case, "bold cyan"), ("  " + cert.description if cert.description else "", "dim")
@@ -150,13 +211,20 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     body = [verdict, _gates(cert)]
     if cert.algebra.proof is not None:
         body.append(_algebra_level(cert.algebra))
+    if cert.algebra.ladder is not None:
+        body.append(_algebra_ladder(cert.algebra))
+    if cert.algebra.untested_accepted:
+        body.append(Text(f"algebra untested, accepted by the case or --accept-untested-algebra: "
+                         f"{cert.algebra.untested_limit}", style="bold yellow"))
     for b in cert.bias:
         body.append(_bias(b, findings))
     for v in cert.variance:
         body.append(_variance(v))
     for bw in cert.bitwise:
         body.append(_bitwise(bw))
+    body.extend(checks.terminal_blocks(cert))  # shape sweep, adequacy, peer rules (docs/kernelbench.md)
     diags = [d for r in (*cert.bias, *cert.variance) for d in r.diagnostics] + list(cert.algebra.diagnostics)
+    diags += checks.diagnostics(cert)
     if diags:
         d = Table(show_header=True, header_style="bold", expand=True)
         d.add_column("diagnostic", no_wrap=True)
@@ -171,6 +239,8 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     p = cert.provenance
     env = p.environment
     versions = ", ".join(f"{k} {v}" for k, v in env["versions"].items())
+    for note in cert.notes:
+        body.append(Text(f"note: {note}", style="dim"))
     body.append(Text(f"reproduce: {p.command}", style="bold"))
     body.append(Text(
         f"seed {p.seed} · R = {p.replicates} (max {p.max_replicates}) · dtype {p.dtype} · device {p.device} "
@@ -179,3 +249,25 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
         style="dim",
     ))
     console.print(Panel(Group(*body), title=head, title_align="left", border_style=STYLE[cert.verdict]))
+
+
+def render_summary(outcomes, exit_code: int, deciders, why: str, console: Console) -> None:
+    """The table that ends a run of several cases: per case its gate verdicts and verdict (or the error
+    that stopped it), and which cases decided the exit code. ``outcomes``: (case name, certificate or
+    error text) in run order; ``deciders``: the names that decided ``exit_code``; ``why``: in words."""
+    t = Table(header_style="bold", title=f"kcert: {len(outcomes)} cases · exit {exit_code} ({why})",
+              title_justify="left")
+    for col in ("case", "algebra", "bias", "variance", "verdict", "exit code"):
+        t.add_column(col, no_wrap=col != "case")
+    for name, outcome in outcomes:
+        decided = Text(f"<- decides exit {exit_code}", style="bold") if name in deciders else Text("")
+        if isinstance(outcome, Certificate):
+            t.add_row(name, *(_verdict(v) for v in outcome.gates.values()), _verdict(outcome.verdict), decided)
+        else:
+            error = str(outcome)
+            if error.startswith(f"case {name!r}") and ": " in error:  # the row names the case already
+                error = error.split(": ", 1)[1]
+            error = error if len(error) <= 90 else error[:87] + "..."
+            t.add_row(Text.assemble(name, ("\n" + error, "dim")), "-", "-", "-", Text("ERROR", style="bold red"),
+                      decided)
+    console.print(t)

@@ -1,4 +1,4 @@
-"""The one place that turns results into sentences (DESIGN.md convention 6): what was compared,
+"""The one place that turns results into sentences (one place builds every failure text): what was compared,
 how many buckets or replicates failed, the worst one and where, and what was allowed."""
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def bias_sentence(b: BiasResult) -> str:
 
 
 def variance_sentence(v: VarianceResult) -> str:
-    head = (f"{v.output}: K over {v.replicates} replicates: {v.n_zero} zero, {v.n_positive} positive, "
-            f"{v.n_infinite} infinite")
-    if v.n_undefined:
-        head += f", {v.n_undefined} undefined"
+    p, r = v.error_summary("prod"), v.error_summary("ref")
+    unit = f"{v.harm_format} ULP" if v.harm_format else "harm units"
+    head = (f"{v.output}: errors over {v.replicates} replicates, max prod {fmt(p[1.0])} / ref {fmt(r[1.0])} {unit}"
+            + ("" if v.prod_closer_share is None else f", prod closer in {100 * v.prod_closer_share:.3g}%"))
     return f"{head}; {v.reason}"
 
 
@@ -69,5 +69,8 @@ def failure_message(cert: Certificate) -> str:
         if verdict is not Verdict.PASS:
             for sentence in gate_sentences(cert, gate):
                 lines.append(f"  {gate} {verdict.value}: {sentence}")
+    from .checks import failure_lines
+
+    lines += failure_lines(cert)  # the shape sweep's FAILs, the fakes not rejected (docs/kernelbench.md)
     lines.append(f"  reproduce: {cert.provenance.command}")
     return "\n".join(lines)

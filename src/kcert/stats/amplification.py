@@ -1,4 +1,4 @@
-"""Per-replicate error amplification K of prod over ref against the oracle (METHOD.md section 4).
+"""Per-replicate error amplification K of prod over ref against the oracle (docs/method.md, "Gate 3").
 
 ``E_prod <= K * E_ref + eps`` solved for the smallest K; eps (one true ULP at the output's peak)
 sits on the right-hand side, never in the denominator.

@@ -1,4 +1,4 @@
-"""L0, the bitwise layer (METHOD.md section 7): how prod's bits differ from ref's, and whether a
+"""L0, the bitwise layer (docs/method.md): how prod's bits differ from ref's, and whether a
 bucket's bias grows like a bias should.
 
 Two pieces of pure statistics, no torch:
@@ -10,7 +10,7 @@ Two pieces of pure statistics, no torch:
   2^(TOP-1)+1 - 2^TOP, > 2^TOP`` plus one bin for pairs that differ and involve inf or nan.
 - **Growth test**: a coherent bias has a fixed mean and standard deviation per replicate, so its
   ``z = sqrt(n) mean / s`` grows like ``sqrt(n)``: by 2 from R/4 to R replicates. A sub-ULP
-  rounding arrangement without coherent bias does not (METHOD.md section 6: TransformerEngine
+  rounding arrangement without coherent bias does not (docs/controls.md: TransformerEngine
   #1132 in the technical report). Buckets significant at R (``|z| > z*``) are compared with
   their own z on the first replicates.
 """

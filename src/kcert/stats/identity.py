@@ -1,4 +1,4 @@
-"""The identity test's arithmetic (METHOD.md section 2): how much a real-mode discrepancy shrinks
+"""The identity test's arithmetic (docs/method.md, "Gate 1"): how much a real-mode discrepancy shrinks
 from float32 to float64. Rounding shrinks by ~2**29; an algebraic difference does not."""
 
 from __future__ import annotations

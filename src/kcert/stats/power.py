@@ -1,4 +1,4 @@
-"""Power of the bias test and the training horizon a replicate budget covers (METHOD.md section 3).
+"""Power of the bias test and the training horizon a replicate budget covers (docs/method.md, "Gate 2").
 
 Under the alternative, z ~ sqrt(R) * rho with rho = |mu| / sigma. Detecting with probability
 ``power`` at the harm boundary rho = T**-0.5 needs R >= (z* + z_power)**2 * T, so a budget of R

@@ -1,5 +1,5 @@
 """Peaks-over-threshold tail of the amplification ratio K: generalized Pareto (GPD) fit,
-T-step return level and its bootstrap standard error (variance gate, METHOD.md section 4).
+T-step return level and its bootstrap standard error (variance gate, docs/method.md, "Gate 3").
 
 Fitting method (Grimshaw 1993): with ``theta = xi / sigma`` the likelihood maximised over
 ``xi`` for fixed ``theta`` has ``xi = k(theta) = mean(log1p(theta * y))``, which leaves the
@@ -570,7 +570,7 @@ def _frozen(arr: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class TailFitResult:
-    """Peaks-over-threshold fit of the K sample and its T-step return level (METHOD.md 4)."""
+    """Peaks-over-threshold fit of the K sample and its T-step return level (docs/method.md, "Gate 3")."""
 
     sample: np.ndarray  # the K values as given, float64 (zeros included)
     n_total: int
@@ -655,7 +655,7 @@ def fit_tail(
     ``k``: every finite K of the run, zeros included (the caller counts infinite K itself).
     The threshold ``u`` is the ``threshold_quantile`` quantile of the positive K only, while the
     exceedance rate counts all K: zeros in the tail sample break the fit, and zeros dropped from
-    the rate over-estimate r_T (METHOD.md 10). The standard error resamples the exceedances with
+    the rate over-estimate r_T (docs/method.md, "Gate 3"). The standard error resamples the exceedances with
     ``u`` and ``zeta`` held fixed (:func:`bootstrap_indices`), so it ignores their uncertainty."""
     a, b = _check_bounds(shape_bounds)
     _check_bounds(free_shape_bounds)

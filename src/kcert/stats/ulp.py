@@ -3,7 +3,7 @@
 The ULP at ``x`` is the spacing of the format inside the binade that holds ``|x|``:
 ``2**(floor(log2|x|) - (p - 1))`` with ``p`` significand bits (the implicit bit counted),
 clamped to the subnormal spacing ``2**(emin - (p - 1))`` below the smallest normal.
-``eps * |x|`` is not the ULP: it is off by up to 2x inside every binade (METHOD.md section 3).
+``eps * |x|`` is not the ULP: it is off by up to 2x inside every binade (docs/method.md, "Gate 2").
 
 Formats are named by string so this module stays free of torch.
 """
@@ -67,3 +67,12 @@ def ulp(magnitude, fmt: str | FloatFormat) -> np.ndarray | float:
     out = np.ldexp(1.0, exponent - (f.significand_bits - 1))
     out = np.where(np.isfinite(x), out, np.nan)
     return float(out) if out.ndim == 0 else out
+
+
+def harm_format(output: str, training: str) -> str:
+    """The format whose ULP is the harm unit of an output: the coarser (fewer significand bits) of
+    the output's own format and the precision the training that consumes it runs at. A float32 loss
+    in a bf16 training run is judged in bf16 ULPs: differences of a few float32 ULPs are 2^-16 of
+    what that training can resolve (docs/method.md, "The harm scale")."""
+    out, train = float_format(output), float_format(training)
+    return (out if out.significand_bits <= train.significand_bits else train).name
