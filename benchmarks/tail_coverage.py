@@ -21,7 +21,7 @@ shipped:
    worse than ref on the data).
 
 Usage: python benchmarks/tail_coverage.py [--runs 1000] [--workers 2] [--seed 0] [--looks 3]
-       [--replicates 1024 4096] [--laws] [--mismatch] [--real] [--collect]
+       [--replicates 1024 4096] [--laws] [--mismatch] [--real] [--collect | --collect-from CONTROLS_JSON]
 """
 
 from __future__ import annotations
@@ -138,6 +138,25 @@ def collect(names=REAL, replicates=2048):
     np.savez_compressed(DATA, **arrays)
 
 
+def collect_from(path, names=REAL):
+    """The same arrays from a ``kcert controls --json`` file (every replicate the suite ran), no new run."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        controls = {c["name"]: c for c in json.load(f)["controls"]}
+    arrays = {}
+    for name in names:
+        cert = controls[name]["certificate"]
+        for v in cert["gates"]["variance"]["outputs"]:
+            e = v["errors"]
+            eps = np.array(e["epsilon"], dtype=float)
+            for side in ("prod", "ref"):
+                arrays[f"{name}|{v['output']}|{side}"] = np.array(e[side], dtype=float) / eps
+        print(f"collected {name}: {[v['output'] for v in cert['gates']['variance']['outputs']]}", flush=True)
+    os.makedirs(os.path.dirname(DATA), exist_ok=True)
+    np.savez_compressed(DATA, **arrays)
+
+
 def _real_one(args):
     key, r, run, seed, looks = args
     from kcert.certificate import VarianceThresholds
@@ -185,10 +204,14 @@ def main(argv=None):
     p.add_argument("--mismatch", action="store_true", help="prod's law heavier in shape than ref's")
     p.add_argument("--real", action="store_true", help="resampled real kernel pairs (needs --collect once)")
     p.add_argument("--collect", action="store_true", help="certify the real pairs and save their errors")
+    p.add_argument("--collect-from", metavar="CONTROLS_JSON",
+                   help="save the real pairs' errors from a `kcert controls --json` file instead of certifying")
     args = p.parse_args(argv)
     started = time.time()
     if args.collect:
         collect()
+    if args.collect_from:
+        collect_from(args.collect_from)
     if args.laws:
         laws_table(args.runs, args.workers, args.seed, args.looks, args.replicates,
                    [(law, law, 0.0) for law in LAWS], "same law on both sides, independent")

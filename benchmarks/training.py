@@ -317,13 +317,21 @@ def write_figures(rows, out: Path) -> list[Path]:
     return written
 
 
+SECTIONS = ("verdicts", "prediction", "timing")
+
+
+def _marker(key: str, text: str, path: Path) -> re.Pattern:
+    pattern = re.compile(rf"(<!-- study:{key} -->\n)(?:.*?\n)?(<!-- /study:{key} -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: no <!-- study:{key} --> ... <!-- /study:{key} --> markers")
+    return pattern
+
+
 def write_docs(sections: dict[str, str], path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     for key, body in sections.items():
-        pattern = re.compile(rf"(<!-- study:{key} -->\n).*?(\n<!-- /study:{key} -->)", re.S)
-        if not pattern.search(text):
-            raise SystemExit(f"{path}: no <!-- study:{key} --> ... <!-- /study:{key} --> markers")
-        text = pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+        pattern = _marker(key, text, path)
+        text = pattern.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text)
     path.write_text(text, encoding="utf-8")
 
 
@@ -341,6 +349,10 @@ def main() -> None:
                          "kernel, the model or kcert changed)")
     args = ap.parse_args()
     names = args.only or [n for n, _ in STUDY]
+    if args.write_docs:  # before hours of training, not after
+        docs = ROOT / "docs" / "training.md"
+        for key in SECTIONS:
+            _marker(key, docs.read_text(encoding="utf-8"), docs)
     rows, totals = run_study(names, args.steps, args.seeds, args.workers, args.checkpoints)
     command = f"python benchmarks/training.py --steps {args.steps} --seeds {args.seeds} --workers {args.workers}"
     sections = {

@@ -439,3 +439,23 @@ def test_zero_size_probes_and_outputs_are_input_errors(tmp_path, capsys, kernels
     path = write(tmp_path, f"import kcert\ncase = kcert.Case(name='z', {kernels})\n")
     code, _, err = run(["certify", path, "-R", "8"], capsys)
     assert code == 2 and message in " ".join(err.split()) and "Traceback" not in err
+
+
+def test_reproduce_commands_keep_every_digit_of_the_horizon():
+    """A horizon of 1234567.8 printed with ``:g`` would read 1.23457e+06: another certificate."""
+    import kcert
+    from kcert.cli import build_parser
+    from kcert.commands.certify import reproduce_command
+
+    args = build_parser().parse_args(["certify", "c.py", "--horizon", "1234567.8"])
+    words = reproduce_command(args, "c.py", "x").split()
+    assert float(words[words.index("--horizon") + 1]) == 1234567.8
+    assert "--horizon 625000 " in reproduce_command(build_parser().parse_args(["certify", "c.py"]), "c.py", "x") + " "
+    case = kcert.Case(name="mul", ref=lambda x: x * 2, prod=lambda x: x + x, inputs={"x": kcert.Gaussian((4,))})
+    cert = kcert.certify(case, replicates=4, max_replicates=4, horizon=1234567.8, algebra_points=1)
+    assert "horizon=1234567.8" in cert.provenance.command
+    from kcert.assertions import reproduce_command as plugin_command  # the pytest plugin's and assert_certified's
+
+    line = plugin_command(case, "cases.py", replicates=4, horizon=1234567.8, seed=0, max_replicates=None,
+                          device="cpu", extras={})
+    assert "--horizon 1234567.8 " in line + " "

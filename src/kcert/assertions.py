@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ParameterError
+from .reproduce import exact_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from .case import Case
@@ -143,28 +144,19 @@ def _candidate_namespaces(case: Case, depth: int) -> list[dict]:
     return namespaces
 
 
-def _number(x) -> str:
-    """Short (``625000``) when that is exact, else every digit; a bad value as it is (certify rejects it)."""
-    try:
-        short = f"{x:g}"
-        return short if float(short) == x else repr(float(x))
-    except (TypeError, ValueError):
-        return repr(x)
-
-
 def reproduce_command(case: Case, casefile: str | None, *, replicates: int, horizon: float, seed: int,
                       max_replicates: int | None, device: str, extras: dict) -> str:
     """``kcert certify FILE --case NAME ...`` when the case lives in a case file and every setting
     has a command-line option; otherwise the Python call that reproduces the certificate."""
     if casefile is not None and not extras:
         words = ["kcert", "certify", casefile, "--case", case.name, "--replicates", str(replicates),
-                 "--horizon", _number(horizon), "--seed", str(seed)]
+                 "--horizon", exact_number(horizon), "--seed", str(seed)]
         if max_replicates is not None:
             words += ["--max-replicates", str(max_replicates)]
         if device != "cpu":
             words += ["--device", device]
         return shlex.join(words)
-    args = [f"<case {case.name!r}>", f"replicates={replicates}", f"horizon={_number(horizon)}", f"seed={seed}"]
+    args = [f"<case {case.name!r}>", f"replicates={replicates}", f"horizon={exact_number(horizon)}", f"seed={seed}"]
     if max_replicates is not None:
         args.append(f"max_replicates={max_replicates}")
     if device != "cpu":

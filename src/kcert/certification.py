@@ -21,6 +21,7 @@ from .gates.algebra import judge_algebra
 from .gates.bias import judge_bias
 from .gates.bitwise import judge_bitwise
 from .gates.variance import interval_is_decisive, judge_variance
+from .reproduce import exact_number
 from .stats.bias import BiasThresholds
 from .stats.ulp import harm_format
 from .verdict import Verdict
@@ -231,7 +232,8 @@ def certify(
         dtype=str(case.dtype).removeprefix("torch."),
         device=str(dev),
         probes=case.describe(),
-        command=command or f"kcert.certify(<{case.name}>, replicates={replicates}, horizon={horizon:g}, seed={seed})",
+        command=command or (f"kcert.certify(<{case.name}>, replicates={replicates}, "
+                            f"horizon={exact_number(horizon)}, seed={seed})"),
         environment=describe_environment(dev),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         wall_time_s=time.perf_counter() - started,

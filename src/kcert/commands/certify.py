@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 
 from . import DEFAULT_HORIZON, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
+from ..reproduce import exact_number
 from .output import STDOUT, Streams, check_output, write_output
 
 INTERRUPTED = 130
@@ -249,7 +250,7 @@ def exit_code(outcomes: list, reports_written: bool = True) -> tuple[int, set[st
 
 def reproduce_command(args, casefile: str | None, case: str) -> str:
     words = ["kcert", "certify", casefile, "--case", case] if casefile else ["kcert", "demo"]
-    words += ["--replicates", str(args.replicates), "--horizon", f"{args.horizon:g}", "--seed", str(args.seed)]
+    words += ["--replicates", str(args.replicates), "--horizon", exact_number(args.horizon), "--seed", str(args.seed)]
     if args.max_replicates is not None:
         words += ["--max-replicates", str(args.max_replicates)]
     if args.device != "cpu":

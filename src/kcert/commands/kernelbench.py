@@ -16,6 +16,7 @@ import shlex
 
 from . import EXIT_ERROR
 from .certify import integer, run_options
+from ..reproduce import exact_number
 from .output import STDOUT, Streams, check_output
 
 # kcert.adapters.kernelbench.DEFAULT_BUDGET (not imported from there: it imports torch); a test checks they agree
@@ -78,7 +79,7 @@ def _check(args) -> str | None:
 
 def reproduce_command(args) -> str:
     words = ["kcert", "kernelbench", args.problem, args.candidate, "--replicates", str(args.replicates),
-             "--horizon", f"{args.horizon:g}", "--seed", str(args.seed), "--budget", str(args.budget)]
+             "--horizon", exact_number(args.horizon), "--seed", str(args.seed), "--budget", str(args.budget)]
     if args.max_replicates is not None:
         words += ["--max-replicates", str(args.max_replicates)]
     if args.device != "cpu":
