@@ -51,7 +51,8 @@ LAWS = {
 }
 MISMATCH = (("GPD xi=+0.1", "exponential"), ("exponential", "half-normal"), ("lognormal s=0.5", "half-normal"))
 REAL = ("compiled_hf_llama_mlp", "compiled_hf_mean_cross_entropy", "compiled_attention", "compiled_hf_rotary",
-        "hf_qwen2_attention_eager_vs_sdpa", "hf_mistral_attention_eager_vs_sdpa", "hf_gemma_attention_eager_vs_sdpa",
+        "hf_attention_eager_vs_sdpa", "hf_qwen2_attention_eager_vs_sdpa", "hf_mistral_attention_eager_vs_sdpa",
+        "hf_gemma_attention_eager_vs_sdpa",
         "compiled_token_cross_entropy", "llama3_scaling_clamped", "cos_sin_float32_cache")
 
 
