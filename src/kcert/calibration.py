@@ -373,7 +373,7 @@ def _g(x, digits: int = 3) -> str:
     if x is None:
         return "-"
     if isinstance(x, float) and not math.isfinite(x):
-        return "inf" if x > 0 else "nan"
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return f"{x:.{digits}g}"
 
 
