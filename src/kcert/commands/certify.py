@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import DEFAULT_HORIZON, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
 from ..reproduce import exact_number
-from .output import STDOUT, Streams, check_output, write_output
+from .output import STDOUT, Streams, first_output_problem, write_output
 
 INTERRUPTED = 130
 
@@ -114,11 +114,10 @@ def _run(args, demo: bool) -> int:
     if args.quiet:  # other torchrun ranks: no report files either
         args.json = args.html = None
     outputs = [("--json", args.json), ("--html", args.html), ("--checkpoint", getattr(args, "checkpoint", None))]
-    for flag, value in outputs:
-        problem = check_output(flag, value, stdout=flag != "--checkpoint")
-        if problem:  # before any work: a bad path costs nothing
-            streams.error(problem)
-            return EXIT_ERROR
+    problem = first_output_problem(outputs, file_only=("--checkpoint",))
+    if problem:  # before any work: a bad path costs nothing
+        streams.error(problem)
+        return EXIT_ERROR
     from ..errors import KcertError
 
     try:
@@ -160,12 +159,28 @@ def _run(args, demo: bool) -> int:
     return code
 
 
+def certify_with_bar(case, args, streams: Streams, **options):
+    """One certification under the replicates progress bar, with the run options every certifying
+    command shares (``args``: replicates, horizon, seed, max_replicates, device, algebra_proof,
+    batch_memory); ``options`` are the command's own."""
+    from ..certification import certify
+    from .progress import replicates_bar
+
+    with replicates_bar(case.name, streams.err) as bar:
+        task = bar.add_task("replicates", total=args.replicates)
+
+        def tick(done, planned):
+            bar.update(task, completed=done, total=planned)
+
+        return certify(case, args.replicates, args.horizon, args.seed, max_replicates=args.max_replicates,
+                       device=args.device, progress=tick, algebra_proof=args.algebra_proof,
+                       batch_memory=args.batch_memory, **options)
+
+
 def _certify_each(cases, args, casefile: str | None, streams: Streams) -> tuple[list, bool]:
     """(case name, certificate or error text) per case, and whether Ctrl-C stopped the run."""
-    from ..certification import certify
     from ..errors import KcertError
     from ..report.terminal import render
-    from .progress import replicates_bar
 
     outcomes: list = []
     for case in cases:
@@ -174,18 +189,11 @@ def _certify_each(cases, args, casefile: str | None, streams: Streams) -> tuple[
             saving = dict(checkpoint=checkpoint_path(args.checkpoint, case.name, len(cases)), resume=args.resume,
                           checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds)
         try:
-            with replicates_bar(case.name, streams.err) as bar:
-                task = bar.add_task("replicates", total=args.replicates)
-
-                def tick(done, planned):
-                    bar.update(task, completed=done, total=planned)
-
-                cert = certify(case, args.replicates, args.horizon, args.seed, max_replicates=args.max_replicates,
-                               device=args.device, command=reproduce_command(args, casefile, case.name),
-                               progress=tick, algebra_proof=args.algebra_proof, batch_memory=args.batch_memory,
-                               accept_untested_algebra=getattr(args, "accept_untested_algebra", False),
-                               adequacy=getattr(args, "adequacy", False), peer_rules=getattr(args, "peer_rules", True),
-                               shapes=True if getattr(args, "shapes", False) else None, **saving)
+            cert = certify_with_bar(case, args, streams, command=reproduce_command(args, casefile, case.name),
+                                    accept_untested_algebra=getattr(args, "accept_untested_algebra", False),
+                                    adequacy=getattr(args, "adequacy", False),
+                                    peer_rules=getattr(args, "peer_rules", True),
+                                    shapes=True if getattr(args, "shapes", False) else None, **saving)
         except KcertError as exc:
             _report_error(exc, args, streams)
             outcomes.append((case.name, str(exc)))

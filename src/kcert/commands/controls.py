@@ -7,7 +7,7 @@ import shlex
 
 from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
 from .certify import integer
-from .output import Streams, check_output, write_output
+from .output import Streams, first_output_problem, write_output
 
 
 def add_arguments(k: argparse.ArgumentParser) -> None:
@@ -22,11 +22,10 @@ def add_arguments(k: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     streams = Streams.make(args, stdout_taken=args.json == "-")
-    for flag, value in (("--json", args.json), ("--markdown", args.markdown)):
-        problem = check_output(flag, value, stdout=flag == "--json")
-        if problem:
-            streams.error(problem)
-            return EXIT_ERROR
+    problem = first_output_problem((("--json", args.json), ("--markdown", args.markdown)), file_only=("--markdown",))
+    if problem:
+        streams.error(problem)
+        return EXIT_ERROR
     from ..controls.registry import FAMILIES, all_controls
     from ..controls.suite import run_controls, summarize
     from ..report import controls as render

@@ -17,7 +17,7 @@ import shlex
 from . import EXIT_ERROR
 from .certify import integer, run_options
 from ..reproduce import exact_number
-from .output import STDOUT, Streams, check_output
+from .output import STDOUT, Streams, first_output_problem
 
 # kcert.adapters.kernelbench.DEFAULT_BUDGET (not imported from there: it imports torch); a test checks they agree
 DEFAULT_BUDGET = 1 << 16
@@ -103,20 +103,17 @@ def run(args) -> int:
         # before torch (and triton through it) is imported: a Triton candidate runs in the CPU interpreter
         os.environ["TRITON_INTERPRET"] = "1"
     streams = Streams.make(args, stdout_taken=STDOUT in (args.json, args.html))
-    for flag, value in (("--json", args.json), ("--html", args.html)):
-        problem = check_output(flag, value)
-        if problem:
-            streams.error(problem)
-            return EXIT_ERROR
+    problem = first_output_problem((("--json", args.json), ("--html", args.html)))
+    if problem:
+        streams.error(problem)
+        return EXIT_ERROR
     import torch
 
     from ..adapters import kernelbench as kb
-    from ..certification import certify
     from ..checks.adequacy import merge_rejections
     from ..errors import KcertError
     from ..report.terminal import render, render_summary
-    from .certify import _report_error, _write_reports, exit_code
-    from .progress import replicates_bar
+    from .certify import _report_error, _write_reports, certify_with_bar, exit_code
 
     try:
         cases = kb.cases(args.problem, args.candidate, dtype=getattr(torch, args.dtype) if args.dtype else None,
@@ -130,17 +127,9 @@ def run(args) -> int:
     outcomes, certs = [], []
     for case in cases:
         try:
-            with replicates_bar(case.name, streams.err) as bar:
-                task = bar.add_task("replicates", total=args.replicates)
-
-                def tick(done, planned):
-                    bar.update(task, completed=done, total=planned)
-
-                cert = certify(case, args.replicates, args.horizon, args.seed, max_replicates=args.max_replicates,
-                               device=args.device, command=reproduce_command(args), progress=tick,
-                               algebra_proof=args.algebra_proof, batch_memory=args.batch_memory,
-                               accept_untested_algebra=args.accept_untested_algebra, adequacy=True,
-                               peer_rules=args.peer_rules, bias_thresholds=thresholds)
+            cert = certify_with_bar(case, args, streams, command=reproduce_command(args),
+                                    accept_untested_algebra=args.accept_untested_algebra, adequacy=True,
+                                    peer_rules=args.peer_rules, bias_thresholds=thresholds)
         except KcertError as exc:
             _report_error(exc, args, streams)
             outcomes.append((case.name, str(exc)))

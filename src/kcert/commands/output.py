@@ -68,6 +68,16 @@ def check_output(flag: str, value: str | None, stdout: bool = True) -> str | Non
     return None
 
 
+def first_output_problem(outputs, file_only: tuple[str, ...] = ()) -> str | None:
+    """The first reason one of ``outputs`` ((flag, value) pairs) cannot receive its report, or None;
+    the flags in ``file_only`` refuse stdout ('-')."""
+    for flag, value in outputs:
+        problem = check_output(flag, value, stdout=flag not in file_only)
+        if problem:
+            return problem
+    return None
+
+
 def _suffix(flag: str) -> str:
     return {"--json": ".json", "--html": ".html", "--markdown": ".md"}.get(flag, ".txt")
 

@@ -4,8 +4,8 @@ Import this module only after ``TRITON_INTERPRET=1`` is set (``opaque_kernels.tr
 triton 3.6 decides at decoration time whether a kernel is interpreted. ``torch._dynamo`` imports
 triton early, before that variable is set, so triton's own jitted helpers (``tl.sum``, ``tl.max``)
 were decorated for the GPU and cannot run in the interpreter: these kernels reduce with
-``tl.reduce`` and combine functions of their own. Arithmetic is in the loaded dtype (float32 or
-float64); the interpreter evaluates it with numpy.
+``tl.reduce`` and the combine functions of controls/triton_combine.py. Arithmetic is in the loaded
+dtype (float32 or float64); the interpreter evaluates it with numpy.
 """
 
 from __future__ import annotations
@@ -15,16 +15,7 @@ import triton
 import triton.language as tl
 
 from ..errors import KernelError
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-@triton.jit
-def _maximum(a, b):
-    return tl.maximum(a, b)
+from .triton_combine import add, maximum
 
 
 @triton.jit
@@ -35,7 +26,7 @@ def rms_norm_kernel(x_ptr, w_ptr, y_ptr, n_cols, EPS: tl.constexpr, EPS_ON_RMS: 
     mask = cols < n_cols
     x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    ms = tl.reduce(x * x, 0, _add) / n_cols
+    ms = tl.reduce(x * x, 0, add) / n_cols
     if EPS_ON_RMS:
         y = x / (tl.sqrt(ms) + EPS) * w
     else:
@@ -50,7 +41,7 @@ def softmax_kernel(x_ptr, y_ptr, n_cols, POLY_EXP: tl.constexpr, BLOCK: tl.const
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))
-    z = x - tl.reduce(x, 0, _maximum)
+    z = x - tl.reduce(x, 0, maximum)
     if POLY_EXP:
         # 2^t as 2^floor(t) times a degree-4 polynomial of the fraction (a fast-math exp)
         t = z * 1.4426950408889634
@@ -62,7 +53,7 @@ def softmax_kernel(x_ptr, y_ptr, n_cols, POLY_EXP: tl.constexpr, BLOCK: tl.const
     else:
         e = tl.exp(z)
     e = tl.where(mask, e, 0.0)
-    tl.store(y_ptr + row * n_cols + cols, e / tl.reduce(e, 0, _add), mask=mask)
+    tl.store(y_ptr + row * n_cols + cols, e / tl.reduce(e, 0, add), mask=mask)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, eps_on_rms: bool = False) -> torch.Tensor:

@@ -7,8 +7,8 @@ seeded-bug corpora): an online softmax whose running sum is not rescaled when th
 when the row length is the power of two the block is rounded to).
 
 Import this module only after ``TRITON_INTERPRET=1`` is set (:func:`kcert.controls.shapes.kernels` does);
-like controls/opaque_triton.py, the kernels reduce with ``tl.reduce`` and combine functions of their own
-(``torch._dynamo`` may have imported triton before that variable was set, and triton's own jitted helpers
+like controls/opaque_triton.py, the kernels reduce with ``tl.reduce`` and the combine functions of
+controls/triton_combine.py (``torch._dynamo`` may have imported triton before that variable was set, and triton's own jitted helpers
 would then not run in the interpreter). Arithmetic is in the loaded dtype (float32 or float64).
 """
 
@@ -19,19 +19,10 @@ import triton
 import triton.language as tl
 
 from ..errors import KernelError
+from .triton_combine import add, maximum
 
 TILE = 128  # the online softmax's tile: rows up to 128 long fit one
 BLOCK_M, BLOCK_N, BLOCK_K = 16, 16, 64  # the matmul's blocks: K up to 64 fits one
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-@triton.jit
-def _maximum(a, b):
-    return tl.maximum(a, b)
 
 
 @triton.jit
@@ -46,8 +37,8 @@ def online_softmax_kernel(x_ptr, y_ptr, n_cols: tl.constexpr, RESCALE: tl.conste
     for start in range(0, n_cols, TILE):
         mask = start + cols < n_cols
         x = tl.load(x_ptr + row * n_cols + start + cols, mask=mask, other=-float("inf"))
-        m_new = tl.maximum(m, tl.reduce(x, 0, _maximum))
-        e = tl.reduce(tl.exp(x - m_new), 0, _add)
+        m_new = tl.maximum(m, tl.reduce(x, 0, maximum))
+        e = tl.reduce(tl.exp(x - m_new), 0, add)
         if RESCALE:
             s = s * tl.exp(m - m_new) + e
         else:
@@ -92,9 +83,9 @@ def masked_softmax_kernel(x_ptr, y_ptr, n_cols, PAD_ZERO: tl.constexpr, BLOCK: t
         x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)  # padding enters max and sum as 0
     else:
         x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))
-    z = x - tl.reduce(x, 0, _maximum)
+    z = x - tl.reduce(x, 0, maximum)
     e = tl.exp(z)
-    tl.store(y_ptr + row * n_cols + cols, e / tl.reduce(e, 0, _add), mask=mask)
+    tl.store(y_ptr + row * n_cols + cols, e / tl.reduce(e, 0, add), mask=mask)
 
 
 def online_softmax(x: torch.Tensor, rescale: bool = True) -> torch.Tensor:

@@ -183,6 +183,16 @@ def _oracle_fn(case: Case) -> tuple[Callable[[dict], object], str]:
     return real, "ref in real mode"
 
 
+def _oracle_at(oracle: Callable[[dict], object], kwargs: dict, case: Case, where: str):
+    """The oracle's outputs at one point; a real-mode refusal means no oracle, any other error names the point."""
+    try:
+        return _as_outputs(oracle(kwargs))
+    except RealModeUnsupported as exc:
+        raise OracleUnavailable(str(exc)) from exc
+    except Exception as exc:
+        raise KernelError(f"case {case.name!r}: the oracle raised {_first_line(exc)} at {where}") from exc
+
+
 def _refusal(outs, oracle_outs, dtype: torch.dtype, role: str) -> str | None:
     """Why ``outs`` (prod's outputs at rung ``dtype``) cannot stand for a run at that precision."""
     if outs is None:
@@ -216,14 +226,7 @@ def measure(case: Case, weights: probes.Draw, seed: int, device, points: int = 8
 
     # 1. Which precisions prod accepts: one call at the first point, on the grid of every candidate.
     low = [d for d in candidates if d != torch.float64]
-    trial_exact = _exact(drawn[0], weight_values, low)
-    try:
-        trial_oracle = _as_outputs(oracle(trial_exact))
-    except RealModeUnsupported as exc:
-        raise OracleUnavailable(str(exc)) from exc
-    except Exception as exc:
-        raise KernelError(f"case {case.name!r}: the oracle raised {_first_line(exc)} at the precision ladder's "
-                          f"first point") from exc
+    trial_oracle = _oracle_at(oracle, _exact(drawn[0], weight_values, low), case, "the precision ladder's first point")
     if trial_oracle is None:
         raise KernelError(f"case {case.name!r}: the oracle must return a tensor or a tuple of tensors")
     refused: dict[torch.dtype, str] = {}
@@ -241,16 +244,7 @@ def measure(case: Case, weights: probes.Draw, seed: int, device, points: int = 8
     # 2. The grid: every accepted low-precision format (the coarsest decides what is representable).
     grid = [d for d in accepted if d != torch.float64]
     exact_points = [_exact(p, weight_values, grid) for p in drawn]
-    oracle_outs = []
-    for i, kw in enumerate(exact_points):
-        try:
-            outs = _as_outputs(oracle(kw))
-        except RealModeUnsupported as exc:
-            raise OracleUnavailable(str(exc)) from exc
-        except Exception as exc:
-            raise KernelError(f"case {case.name!r}: the oracle raised {_first_line(exc)} at precision ladder point "
-                              f"{i}") from exc
-        oracle_outs.append(outs)
+    oracle_outs = [_oracle_at(oracle, kw, case, f"precision ladder point {i}") for i, kw in enumerate(exact_points)]
     n_out = len(oracle_outs[0])
     names = tuple(case.output_name(j, n_out) for j in range(n_out))
 

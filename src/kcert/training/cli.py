@@ -60,12 +60,12 @@ def check_arguments(args) -> str | None:
 
 
 def run(args) -> int:
-    from ..commands.output import Streams, check_output, write_output
+    from ..commands.output import Streams, first_output_problem, write_output
 
     streams = Streams.make(args, stdout_taken=args.json == STDOUT)
-    problem = check_arguments(args)
-    for flag, value in (("--json", args.json), ("--html", args.html), ("--checkpoint", args.checkpoint)):
-        problem = problem or check_output(flag, value, stdout=flag == "--json")
+    problem = check_arguments(args) or first_output_problem(
+        (("--json", args.json), ("--html", args.html), ("--checkpoint", args.checkpoint)),
+        file_only=("--html", "--checkpoint"))
     if problem:
         streams.error(problem)
         return EXIT_ERROR
