@@ -44,7 +44,8 @@ from scipy.stats import beta, norm
 from scipy.stats import t as student_t
 
 from kcert.stats import power
-from kcert.stats.bias import FAIL, WARN, BiasThresholds, judge_buckets
+from kcert.stats.bias import FAIL, WARN, judge_buckets
+from kcert.stats.thresholds import BiasThresholds
 from kcert.stats.moments import MomentAccumulator
 
 BLOCK = 64  # kcert.execution.runner.BLOCK

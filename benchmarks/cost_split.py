@@ -33,11 +33,12 @@ from kcert.execution import probes, seeding
 from kcert.execution.outputs import summarize
 from kcert.execution.realmode import run_real
 from kcert.execution.runner import Runner, as_outputs
+from kcert.execution.algebra import evaluate_algebra
 from kcert.gates.algebra import judge_algebra
 from kcert.gates.bias import judge_bias
 from kcert.gates.bitwise import judge_bitwise
 from kcert.gates.variance import judge_variance
-from kcert.stats.bias import BiasThresholds
+from kcert.stats.thresholds import BiasThresholds
 
 CPU = torch.device("cpu")
 
@@ -85,12 +86,12 @@ def per_replicate(c: kcert.Case, n: int) -> dict[str, float]:
 
 def fixed(c: kcert.Case, replicates: int) -> dict[str, float]:
     """Seconds of the fixed parts: identity test, proof, gates' statistics on ``replicates``."""
-    from kcert.gates.symbolic import prove
+    from kcert.execution.proof import prove
     from kcert.stats.identity import FAIL_FLOOR
 
     runner = Runner(c, 0, CPU)
     t = clock()
-    identity = judge_algebra(c, runner.weights, 0, CPU, proof=False)
+    identity = judge_algebra(evaluate_algebra(c, runner.weights, 0, CPU, proof=False))
     t1 = clock()
     points = 8  # as certify: 8 probe draws and 8 wide draws, the proof's points among them
     draws = [probes.draw_inputs(c, 0, i, CPU, stream=seeding.ALGEBRA, widen=1.0 if i < points else 4.0)

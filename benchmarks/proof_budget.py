@@ -21,7 +21,8 @@ import torch
 
 from kcert.controls.registry import all_controls
 from kcert.execution import probes
-from kcert.gates import symbolic
+from kcert.execution import proof as symbolic
+from kcert.execution.algebra import evaluate_algebra
 from kcert.gates.algebra import judge_algebra
 
 
@@ -59,7 +60,7 @@ def main() -> None:
         weights = probes.draw_weights(case, 0, cpu)
         spent.clear()
         t = time.perf_counter()
-        a = judge_algebra(case, weights, 0, cpu)
+        a = judge_algebra(evaluate_algebra(case, weights, 0, cpu))
         total = time.perf_counter() - t
         p = a.proof
         if p is None or not spent:

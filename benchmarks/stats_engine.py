@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from kcert.stats.bias import BiasThresholds, judge_buckets
+from kcert.stats.bias import judge_buckets
+from kcert.stats.thresholds import BiasThresholds
 from kcert.stats.moments import MomentAccumulator
 from kcert.stats.tail import fit_tail
 from kcert.stats.ulp import ulp

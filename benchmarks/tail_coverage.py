@@ -79,7 +79,7 @@ def _one(args):
     FAIL rests on (kcert.gates.variance.judge_errors adds diagnostics around them, which cost time and
     change no verdict at these error scales)."""
     law_a, law_b, rho, r, run, seed, looks = args
-    from kcert.certificate import VarianceThresholds
+    from kcert.stats.thresholds import VarianceThresholds
     from kcert.stats.tail_ratio import exceedances_of, tail_ratio_interval
 
     from kcert.gates.variance import fail_estimate
@@ -160,7 +160,7 @@ def collect_from(path, names=REAL):
 
 def _real_one(args):
     key, r, run, seed, looks = args
-    from kcert.certificate import VarianceThresholds
+    from kcert.stats.thresholds import VarianceThresholds
     from kcert.gates.variance import judge_errors
 
     data = np.load(DATA)

@@ -1,6 +1,14 @@
-"""Small kernel pairs shared by the tests (the operator catalogue arrives with the control suite)."""
+"""Small kernel pairs and helpers shared by the tests (the operator catalogue arrives with the control
+suite). Test modules import from here, never from one another."""
+
+import pickle
+import threading
 
 import torch
+
+import kcert
+import kcert.execution.distributed
+from kcert.report.stable import stable_dict as stable_report  # the JSON report without date and wall time
 
 
 def rmsnorm_ref(x, w):
@@ -24,19 +32,6 @@ def rms_bf16_case(prod=bf16_rmsnorm):
                       weights={"w": kcert.Gaussian((64,), shift=1.0, std=0.1)}, buckets=kcert.Axes(-1))
 
 
-def stable_report(cert, *environment_keys) -> dict:
-    """The JSON report without what legitimately differs between equal runs (date, wall time, and
-    the named environment fields)."""
-    from kcert.report.jsonio import to_dict
-
-    data = to_dict(cert)
-    for key in ("date", "wall_time_s"):
-        data["provenance"].pop(key)
-    for key in environment_keys:
-        data["provenance"]["environment"].pop(key)
-    return data
-
-
 def rms_bf16_casefile(width: int) -> str:
     """A case file with the rms_bf16 pair (hidden size ``width``), for command-line tests."""
     return f'''
@@ -51,18 +46,96 @@ case = kcert.Case(name="rms", ref=ref, prod=prod, inputs={{"x": kcert.Gaussian((
 '''
 
 
-def control_bar_failures(control, cert) -> list[str]:
-    """What a control's certificate violates of the suite's bar: a negative not detected (not WARN or FAIL),
-    a positive that FAILs, a verdict other than the control's declared ``expect``."""
-    import kcert.report.text
+class ThreadRanks:
+    """``world`` ranks as threads: all_gather pickles like torch.distributed does. One rank runs at
+    a time (``lock``, released only inside collectives): real mode patches process-wide state."""
 
-    verdict = cert.verdict
-    failures = []
-    if control.kind == "negative" and verdict.value not in ("WARN", "FAIL"):
-        failures.append(f"negative {control.name} not detected: {verdict.value}")
-    if control.kind == "positive" and verdict.value == "FAIL":
-        failures.append(f"positive {control.name} FAILs: {kcert.report.text.failure_message(cert)}")
-    if control.expect is not None and verdict.value != control.expect:
-        failures.append(f"{control.name}: expected {control.expect}, got {verdict.value} "
-                        f"({ {k: v.value for k, v in cert.gates.items()} })")
-    return failures
+    def __init__(self, world):
+        self.world, self.barrier, self.box = world, threading.Barrier(world, timeout=60), [None] * world
+        self.lock = threading.Lock()
+
+    def wait(self):
+        self.lock.release()
+        try:
+            self.barrier.wait()
+        finally:
+            self.lock.acquire()
+
+    def comm(self, rank):
+        ranks = self
+
+        class Comm:
+            def __init__(self):
+                self.rank, self.world = rank, ranks.world
+
+            def all_gather(self, obj):
+                ranks.box[rank] = pickle.dumps(obj)
+                ranks.wait()
+                out = [pickle.loads(b) for b in ranks.box]
+                ranks.wait()
+                return out
+
+            def broadcast(self, obj):
+                return self.all_gather(obj)[0]
+
+        return Comm()
+
+
+def run_ranks(monkeypatch, world, prod=bf16_rmsnorm, **kwargs):
+    """Certify ``rms_bf16_case(prod)`` on ``world`` in-process ranks (:class:`ThreadRanks`); one result
+    per rank, the certificate or the exception it raised."""
+    ranks, local, results = ThreadRanks(world), threading.local(), [None] * world
+    monkeypatch.setattr(kcert.execution.distributed, "current", lambda: local.comm)
+
+    def go(rank):
+        local.comm = ranks.comm(rank)
+        with ranks.lock:
+            try:
+                results[rank] = kcert.certify(rms_bf16_case(prod), **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - inspected by the test
+                results[rank] = exc  # (a rank that stopped alone leaves the others to the barrier timeout)
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+# Layouts of one output for the reduction paths (tests/test_batched.py, tests/test_fused.py).
+REDUCTION_LAYOUTS = [
+    ((8, 300, 520), kcert.Axes(-1)),  # chunked along rows
+    ((1, 8, 1024, 64), kcert.Axes(1)),  # heads: a middle axis
+    ((2, 4, 33, 64), kcert.Axes(0, 2)),  # bucket axes apart
+    ((2, 4, 33, 64), kcert.Axes()),  # one bucket
+    ((4096, 64), kcert.Axes(-1)),
+    # labels broadcast along heads (summed densely first), with a count and an excluded label
+    ((2, 4, 300, 128), kcert.Labels(lambda i, w, r: (torch.arange(300)[:, None] // 100) * 128 + torch.arange(128),
+                                    count=3 * 128)),
+    ((600, 256), kcert.Labels(lambda i, w, r: torch.arange(600)[:, None] % 9 - 1)),
+    ((600, 256), kcert.Labels(lambda i, w, r: (torch.arange(600 * 256) % 11 - 1).reshape(600, 256), count=12)),
+]
+
+
+def control_bar_failures(control, cert) -> list[str]:
+    """What a control's certificate violates of the suite's bar, judged by the suite's own rule
+    (:attr:`kcert.controls.suite.ControlResult.meets_bar`: a negative detected, a positive not FAIL,
+    the declared ``expect`` exactly): empty when it meets the bar, else one message naming the control."""
+    from kcert.controls.suite import ControlResult
+    from kcert.report.text import failure_message
+
+    if ControlResult(control, cert, 0.0).meets_bar:
+        return []
+    bar = "detected (WARN or FAIL)" if control.kind == "negative" else "not FAIL"
+    if control.expect is not None:
+        bar += f", exactly {control.expect}"
+    gates = {k: v.value for k, v in cert.gates.items()}
+    return [f"{control.kind} {control.name}: {cert.verdict.value}, the bar is {bar}; gates {gates}\n"
+            f"{failure_message(cert)}"]
+
+
+def assert_meets_bar(control, cert) -> None:
+    """Fail the test unless the control's certificate meets the suite's bar (:func:`control_bar_failures`)."""
+    failures = control_bar_failures(control, cert)
+    assert not failures, failures[0]

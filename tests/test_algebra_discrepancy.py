@@ -1,12 +1,12 @@
-"""The algebra gate's relative discrepancy: its four-pass fast path and the general path for
-non-finite values give what the definition says."""
+"""The identity test's relative discrepancy (execution/algebra.py): its four-pass fast path and the
+general path for non-finite values give what the definition says."""
 
 import math
 
 import pytest
 import torch
 
-from kcert.gates.algebra import _relative_discrepancy
+from kcert.execution.algebra import relative_discrepancy
 
 nan, inf = float("nan"), float("inf")
 
@@ -23,7 +23,7 @@ nan, inf = float("nan"), float("inf")
 ])
 def test_relative_discrepancy(a, b, expected):
     for dtype in (torch.float64, torch.float32):
-        got = _relative_discrepancy(torch.tensor(a, dtype=dtype), torch.tensor(b, dtype=dtype))
+        got = relative_discrepancy(torch.tensor(a, dtype=dtype), torch.tensor(b, dtype=dtype))
         assert got == expected or (math.isinf(expected) and math.isinf(got)), (a, b, dtype, got)
 
 
@@ -31,4 +31,4 @@ def test_float32_differences_are_taken_in_float64():
     """Two float32 neighbours at 2^24 (one ULP = 2): the relative discrepancy is exactly 2 / 2^24."""
     a = torch.tensor([16777216.0], dtype=torch.float32)
     b = torch.nextafter(a, torch.tensor([inf]))
-    assert _relative_discrepancy(a, b) == 2.0 / 16777216.0
+    assert relative_discrepancy(a, b) == 2.0 / 16777216.0

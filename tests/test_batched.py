@@ -6,40 +6,23 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from kernels import rmsnorm_builtin
+from kernels import REDUCTION_LAYOUTS, rmsnorm_builtin, stable_report
 
 import kcert
 from kcert.catalog import norms as N
 from kcert.errors import CaseError, KernelError, ParameterError
 from kcert.execution.outputs import (
-    Workspace,
-    _summarize_finite,
-    _summarize_masked,
     bucket_labels,
     make_layout,
     summarize,
 )
 from kcert.execution.runner import DEFAULT_BATCH_MEMORY, Runner
-from kcert.report.jsonio import to_dict
 
 
 def rms_case(**changes) -> kcert.Case:
     """Rows of an RMSNorm are independent: a leading axis of replicates changes nothing."""
     case = N.RMSNORM.case("rms_batched", rmsnorm_builtin, shape=(2, 16, 128))
     return dataclasses.replace(case, **changes)
-
-
-def comparable(cert) -> dict:
-    """The JSON report without the fields that differ between equal runs (dates and timings)."""
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in ("date", "wall_time_s", "seconds")}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return strip(to_dict(cert))
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +42,7 @@ def test_batched_certificate_equals_unbatched(unbatched, batch_memory):
     case = rms_case(prod=counting, independent_leading_axis=True)
     batched = kcert.certify(case, replicates=100, max_replicates=100, seed=7, algebra_points=2,
                             batch_memory=batch_memory)
-    assert comparable(batched) == comparable(unbatched)
+    assert stable_report(batched) == stable_report(unbatched)
     for row, evidence in unbatched.bias[0].moments.items():  # the evidence itself, bit for bit
         for a, b in zip(batched.bias[0].moments[row], evidence):
             np.testing.assert_array_equal(a, b)
@@ -118,7 +101,7 @@ def test_shards_and_resume_work_with_batches(tmp_path, unbatched):
                       batch_memory=600_000, progress=stop_at_37)
     resumed = kcert.certify(case, replicates=100, max_replicates=100, seed=7, algebra_points=2, checkpoint=path,
                             resume=True, batch_memory=600_000)
-    assert comparable(resumed) == comparable(unbatched)
+    assert stable_report(resumed) == stable_report(unbatched)
 
 
 def test_a_kernel_that_mixes_replicates_is_refused():
@@ -155,22 +138,8 @@ def _outputs(shape, nonfinite=False):
     return r, p, o
 
 
-LAYOUTS = [
-    ((8, 300, 520), kcert.Axes(-1)),  # chunked along rows
-    ((1, 8, 1024, 64), kcert.Axes(1)),  # heads: a middle axis
-    ((2, 4, 33, 64), kcert.Axes(0, 2)),  # bucket axes apart
-    ((2, 4, 33, 64), kcert.Axes()),  # one bucket
-    ((4096, 64), kcert.Axes(-1)),
-    # labels broadcast along heads (summed densely first), with a count and an excluded label
-    ((2, 4, 300, 128), kcert.Labels(lambda i, w, r: (torch.arange(300)[:, None] // 100) * 128 + torch.arange(128),
-                                    count=3 * 128)),
-    ((600, 256), kcert.Labels(lambda i, w, r: torch.arange(600)[:, None] % 9 - 1)),
-    ((600, 256), kcert.Labels(lambda i, w, r: (torch.arange(600 * 256) % 11 - 1).reshape(600, 256), count=12)),
-]
-
-
 @pytest.mark.parametrize("oracle", [True, False])
-@pytest.mark.parametrize("shape, spec", LAYOUTS)
+@pytest.mark.parametrize("shape, spec", REDUCTION_LAYOUTS)
 def test_fast_reduction_equals_the_masked_path(shape, spec, oracle):
     r, p, o = _outputs(shape)
     o = o if oracle else None
@@ -178,7 +147,7 @@ def test_fast_reduction_equals_the_masked_path(shape, spec, oracle):
     labels = bucket_labels(spec, {}, {}, r, "test") if isinstance(spec, kcert.Labels) else None
     # the torch chunks themselves: summarize takes the compiled path when numba is installed
     # (tests/test_fused.py compares that one with both of these, on these layouts and more)
-    fast, masked = _summarize_finite(layout, r, p, o, labels, Workspace()), _summarize_masked(layout, r, p, o, labels)
+    fast, masked = summarize(layout, r, p, o, labels, path="chunked"), summarize(layout, r, p, o, labels, path="masked")
     assert fast.sums.shape == masked.sums.shape
     scale = np.abs(masked.sums).max(axis=1, keepdims=True)  # per row: the rows differ by orders of magnitude
     assert (np.abs(fast.sums - masked.sums) <= 1e-12 * scale).all()

@@ -195,7 +195,7 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
 
 
 def test_markdown_numbers_keep_the_sign_of_an_infinity():
-    from kcert.calibration import _g
+    from kcert.calibration import fmt  # kcert.numbers.fmt, the one number formatter
 
-    assert (_g(float("-inf")), _g(float("inf")), _g(float("nan")), _g(None), _g(1.23456)) == \
+    assert (fmt(float("-inf")), fmt(float("inf")), fmt(float("nan")), fmt(None), fmt(1.23456)) == \
         ("-inf", "inf", "nan", "-", "1.23")

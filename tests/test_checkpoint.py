@@ -130,10 +130,7 @@ def test_cli_checkpoint_resume_and_refusal(tmp_path, capsys):
     assert main(base + ["--json", str(tmp_path / "a.json")]) in (0, 1, 3)  # a verdict, not an input error
     main(base + ["--checkpoint", ck])
     assert main(base + ["--checkpoint", ck, "--resume", "--json", str(tmp_path / "b.json")]) in (0, 3)
-    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
-    for d in (a, b):
-        d = d[0] if isinstance(d, list) else d
-        d["provenance"].pop("date"), d["provenance"].pop("wall_time_s")
+    a, b = (stable_report(json.loads((tmp_path / f).read_text())) for f in ("a.json", "b.json"))
     assert a == b
     capsys.readouterr()
     assert main(base[:-1] + ["5", "--checkpoint", ck, "--resume"]) == 2

@@ -7,6 +7,7 @@ import importlib
 
 import pytest
 import torch
+from kernels import assert_meets_bar
 
 import kcert
 from kcert import Verdict
@@ -60,19 +61,15 @@ def _certify(control: registry.Control) -> kcert.Certificate:
 
 
 def _judge(control: registry.Control, cert: kcert.Certificate) -> None:
+    assert_meets_bar(control, cert)
     gates = cert.gates
     if control.kind == "negative":
-        assert cert.verdict in (Verdict.WARN, Verdict.FAIL), f"{control.name} not detected: {gates}"
         for gate in DETECTED_BY[control.name]:
             assert gates[gate] is Verdict.FAIL, f"{control.name}: {gate} should FAIL, got {gates}"
         for gate in WARNED_BY.get(control.name, ()):
             assert gates[gate] in (Verdict.WARN, Verdict.FAIL), f"{control.name}: {gate} should WARN, got {gates}"
         if control.name in SAME_REAL_FUNCTION:
             assert gates["algebra"] is Verdict.PASS, f"{control.name}: same real function, got {gates}"
-    else:
-        assert cert.verdict is not Verdict.FAIL, f"positive {control.name} FAILs: {gates}"
-    if control.expect is not None:
-        assert cert.verdict.value == control.expect, f"{control.name}: expected {control.expect}, got {gates}"
 
 
 # --- structure ------------------------------------------------------------------------------------

@@ -5,17 +5,14 @@ launches real torchrun with two CPU ranks on gloo."""
 
 import json
 import os
-import pickle
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 import kcert
-import kcert.certification as certification
-from kernels import rms_bf16_casefile, bf16_rmsnorm, rms_bf16_case, stable_report
+from kernels import bf16_rmsnorm, rms_bf16_case, rms_bf16_casefile, run_ranks, stable_report
 
 
 def fragile_rmsnorm(x, w):
@@ -29,61 +26,6 @@ make_case = rms_bf16_case
 
 def report(cert) -> dict:
     return stable_report(cert, "torch_threads")
-
-
-class ThreadRanks:
-    """``world`` ranks as threads: all_gather pickles like torch.distributed does. One rank runs at
-    a time (``lock``, released only inside collectives): real mode patches process-wide state."""
-
-    def __init__(self, world):
-        self.world, self.barrier, self.box = world, threading.Barrier(world, timeout=60), [None] * world
-        self.lock = threading.Lock()
-
-    def wait(self):
-        self.lock.release()
-        try:
-            self.barrier.wait()
-        finally:
-            self.lock.acquire()
-
-    def comm(self, rank):
-        ranks = self
-
-        class Comm:
-            def __init__(self):
-                self.rank, self.world = rank, ranks.world
-
-            def all_gather(self, obj):
-                ranks.box[rank] = pickle.dumps(obj)
-                ranks.wait()
-                out = [pickle.loads(b) for b in ranks.box]
-                ranks.wait()
-                return out
-
-            def broadcast(self, obj):
-                return self.all_gather(obj)[0]
-
-        return Comm()
-
-
-def run_ranks(monkeypatch, world, prod=bf16_rmsnorm, **kwargs):
-    ranks, local, results = ThreadRanks(world), threading.local(), [None] * world
-    monkeypatch.setattr(certification.distributed, "current", lambda: local.comm)
-
-    def go(rank):
-        local.comm = ranks.comm(rank)
-        with ranks.lock:
-            try:
-                results[rank] = kcert.certify(make_case(prod), **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - inspected by the test
-                results[rank] = exc  # (a rank that stopped alone leaves the others to the barrier timeout)
-
-    threads = [threading.Thread(target=go, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 @pytest.mark.parametrize("world", [2, 3, 5])
@@ -139,10 +81,7 @@ def test_torchrun_two_cpu_ranks_match_one_process(tmp_path):
 
     def load(name):
         data = json.loads((tmp_path / name).read_text())
-        data = data[0] if isinstance(data, list) else data
-        for key in ("date", "wall_time_s"):
-            data["provenance"].pop(key)
-        return data
+        return stable_report(data[0] if isinstance(data, list) else data)
 
     assert load("two.json") == load("one.json")
     # the checkpoint written by the two ranks resumes in one process to the same certificate

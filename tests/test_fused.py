@@ -7,19 +7,16 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from kernels import REDUCTION_LAYOUTS
 
 import kcert
 from kcert.execution import fused
 from kcert.execution.outputs import (
-    Workspace,
-    _summarize_finite,
-    _summarize_masked,
     bucket_labels,
     make_layout,
     summarize,
 )
 from kcert.stats import bitwise as S
-from test_batched import LAYOUTS as BATCHED_LAYOUTS
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason="numba is not installed (pip install 'kcert[fast]')")
 
@@ -36,7 +33,7 @@ def _labels(spec, r):
     return bucket_labels(spec, {}, {}, r, "test") if isinstance(spec, kcert.Labels) else None
 
 
-LAYOUTS = BATCHED_LAYOUTS + [  # the torch chunks' layouts (tests/test_batched.py), and:
+LAYOUTS = REDUCTION_LAYOUTS + [  # the torch chunks' layouts (tests/kernels.py), and:
     ((3, 2, 5, 7, 11, 13), kcert.Axes(0, 2, 4)),  # six alternating groups
     ((5, 1, 7), kcert.Axes(1)),  # a size-1 bucket axis
 ]
@@ -53,8 +50,8 @@ def test_compiled_reduction_equals_the_torch_paths(shape, spec, oracle):
     direct = fused.FusedReducer().reduce(r, p, o, layout.bucket_axes, labels, count, layout.bitwise_comparable)
     assert direct is not fused.NOT_APPLICABLE and direct is not fused.NONFINITE  # the compiled path ran
     compiled = summarize(layout, r, p, o, labels)
-    chunked = _summarize_finite(layout, r, p, o, labels, Workspace())  # the torch chunks
-    masked = _summarize_masked(layout, r, p, o, labels)
+    chunked = summarize(layout, r, p, o, labels, path="chunked")  # the torch chunks
+    masked = summarize(layout, r, p, o, labels, path="masked")
     for other in (chunked, masked):
         assert compiled.sums.shape == other.sums.shape
         scale = np.abs(other.sums).max(axis=1, keepdims=True)
@@ -76,7 +73,7 @@ def test_every_format_decodes_exactly(ref_dtype, prod_dtype):
     r, p, o = _outputs((64, 96), ref_dtype, prod_dtype)
     layout = make_layout(0, "out", r, p, kcert.Axes(-1), "test")
     compiled = summarize(layout, r, p, o, None)
-    masked = _summarize_masked(layout, r, p, o, None)
+    masked = summarize(layout, r, p, o, None, path="masked")
     scale = np.abs(masked.sums).max(axis=1, keepdims=True)
     assert (np.abs(compiled.sums - masked.sums) <= 1e-12 * scale).all()
     assert [compiled.e_prod, compiled.e_ref, compiled.peak] == [masked.e_prod, masked.e_ref, masked.peak]
@@ -220,5 +217,5 @@ def test_short_innermost_runs_go_to_the_torch_path():
     r, p, o = _outputs((20000, 2))
     layout = make_layout(0, "out", r, p, kcert.Axes(-1), "test")
     assert fused.FusedReducer().reduce(r, p, o, layout.bucket_axes, None, None, True) is fused.NOT_APPLICABLE
-    s, masked = summarize(layout, r, p, o, None), _summarize_masked(layout, r, p, o, None)
+    s, masked = summarize(layout, r, p, o, None), summarize(layout, r, p, o, None, path="masked")
     np.testing.assert_allclose(s.sums, masked.sums, rtol=1e-12, atol=1e-15)

@@ -1,19 +1,77 @@
-"""Layering: statistics never import torch."""
+"""Layering: statistics never import torch; report/ never imports a gate; gates/ read only result types
+from execution/; only the Runner sets its own run state; no source module over 800 lines; every error
+class kcert raises lives in kcert.errors (docs/design.md).
 
+The source rules are checked on the source text (the AST), not by importing, so that a violation is
+found however the modules happen to be imported."""
+
+import ast
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import kcert
 
+SRC = Path(kcert.__file__).resolve().parent  # src/kcert
+MAX_LINES = 800
+
+# What gates/ may import from execution/: the modules of result types (what a run measured), never
+# the code that runs kernels. Update this list when a new result-type module is added to execution/.
+GATE_EXECUTION_ALLOWED = ("kcert.execution.accumulator", "kcert.execution.evidence")
+
+# The Runner's run state: only execution/runner.py sets it (Runner.load_state, Runner.merge, ...).
+RUNNER_STATE = ("oracle_unavailable", "oracle_checked", "layouts", "prefix", "folded", "early")
+
+
+def _modules():
+    """(dotted name, path, AST) of every source module of the package."""
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path, ast.parse(path.read_text(), str(path))
+
+
+def _imports(name: str, path: Path, tree: ast.AST):
+    """(line, imported module) for every import of a module, relative ones resolved; ``from P import X``
+    names P.X where X is a module or package of the source tree, else P."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                parent = ".".join(base + ([node.module] if node.module else []))
+            else:
+                parent = node.module
+            for alias in node.names:
+                candidate = SRC.parent.joinpath(*f"{parent}.{alias.name}".split("."))
+                is_module = candidate.with_suffix(".py").exists() or (candidate / "__init__.py").exists()
+                yield node.lineno, f"{parent}.{alias.name}" if is_module else parent
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
 
 def test_stats_and_verdicts_import_without_torch():
+    # every module of kcert.stats, found by walking the package (a new statistics module is covered
+    # without editing this test)
     code = (
-        "import sys\n"
-        "import kcert, kcert.stats.ulp, kcert.stats.bias, kcert.stats.tail, kcert.stats.moments, "
-        "kcert.stats.power, kcert.stats.amplification, kcert.verdict, kcert.diagnostics\n"
+        "import importlib, json, pkgutil, sys\n"
+        "import kcert, kcert.stats, kcert.verdict, kcert.diagnostics\n"
+        "names = [m.name for m in pkgutil.walk_packages(kcert.stats.__path__, 'kcert.stats.')]\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "print(json.dumps(names))\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    names = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"kcert.stats.ulp", "kcert.stats.bias", "kcert.stats.moments"} <= set(names), names
 
 
 def test_public_contract_names_exist():
@@ -21,3 +79,85 @@ def test_public_contract_names_exist():
         assert getattr(kcert, name) is not None
     assert {v.value for v in kcert.Verdict} == {"PASS", "WARN", "FAIL", "SKIPPED"}
     assert issubclass(kcert.ParameterError, kcert.KcertError) and issubclass(kcert.ParameterError, ValueError)
+
+
+def test_no_source_module_over_800_lines():
+    long = {str(path.relative_to(SRC)): n for _, path, _ in _modules()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"source modules over {MAX_LINES} lines: {long}"
+
+
+def test_report_imports_no_gate():
+    found = [f"{path.relative_to(SRC)}:{line} imports {module}"
+             for name, path, tree in _modules() if _in(name, "kcert.report")
+             for line, module in sorted(set(_imports(name, path, tree))) if _in(module, "kcert.gates")]
+    assert not found, "report/ must not import a gate:\n" + "\n".join(found)
+
+
+def test_gates_import_only_result_types_from_execution():
+    found = [f"{path.relative_to(SRC)}:{line} imports {module}"
+             for name, path, tree in _modules() if _in(name, "kcert.gates")
+             for line, module in sorted(set(_imports(name, path, tree)))
+             if _in(module, "kcert.execution") and not any(_in(module, ok) for ok in GATE_EXECUTION_ALLOWED)]
+    assert not found, (f"gates/ may import from execution/ only {GATE_EXECUTION_ALLOWED}:\n" + "\n".join(found))
+
+
+def _scoped(tree: ast.AST, scope: ast.AST | None = None):
+    """(innermost enclosing function or the module, node) for every node of ``tree``."""
+    scope = scope or tree
+    for child in ast.iter_child_nodes(tree):
+        yield scope, child
+        inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope
+        yield from _scoped(child, inner)
+
+
+def _built_here(scope: ast.AST, name: str) -> bool:
+    """Whether every binding of ``name`` in ``scope`` calls something other than Runner: a state object
+    built right there (``state = RunState(...)``), not a Runner."""
+    values = [node.value for s, node in _scoped(scope, scope) if s is scope and isinstance(node, ast.Assign)
+              for target in node.targets if isinstance(target, ast.Name) and target.id == name]
+    return bool(values) and all(isinstance(v, ast.Call) and not ast.unparse(v.func).endswith("Runner")
+                                for v in values)
+
+
+def _stores(node: ast.AST):
+    """The attribute targets of an assignment (``x.a = ``, ``x.a += ``, ``x.a: T = ``), and the
+    ``setattr(x, "a", ...)`` calls with a constant name."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+          and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        yield node.args[0], node.args[1].value
+        return
+    else:
+        return
+    for target in targets:
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store):
+                yield sub.value, sub.attr
+
+
+def test_no_runner_state_set_from_outside_the_runner():
+    found = []
+    for name, path, tree in _modules():
+        if name == "kcert.execution.runner":
+            continue
+        for scope, node in _scoped(tree):
+            for owner, attr in _stores(node):
+                if attr not in RUNNER_STATE:
+                    continue
+                if isinstance(owner, ast.Name) and (owner.id == "self" or _built_here(scope, owner.id)):
+                    continue  # an object's own attribute, or a state object built right here
+                found.append(f"{path.relative_to(SRC)}:{node.lineno} {ast.unparse(owner)}.{attr} = ...")
+    assert not found, "the Runner's state is set only inside execution/runner.py:\n" + "\n".join(found)
+
+
+def test_error_classes_live_in_errors():
+    errors = {node.name for node in ast.parse((SRC / "errors.py").read_text()).body if isinstance(node, ast.ClassDef)}
+    found = [f"{path.relative_to(SRC)}:{node.lineno} class {node.name}"
+             for name, path, tree in _modules() if name != "kcert.errors"
+             for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+             if any(ast.unparse(base).rpartition(".")[2] in errors for base in node.bases)]
+    assert not found, "error classes belong in kcert/errors.py:\n" + "\n".join(found)

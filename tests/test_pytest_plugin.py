@@ -17,6 +17,7 @@ from kcert import assertions
 from kcert.catalog import norms as N
 from kcert.cli import main as kcert_main
 from kcert.controls.norms import gemma_rms_norm_bf16_gain, gemma_rms_norm_folded
+from kcert.report.stable import stable_dict
 
 pytest_plugins = ["pytester"]
 
@@ -71,7 +72,7 @@ def opaque_case():
 def reproduced_part(report: dict) -> dict:
     """What a rerun must reproduce exactly: the verdicts, every bias and variance number, and the run's
     settings (not its date, wall time or the algebra gate's timings)."""
-    provenance = {k: v for k, v in report["provenance"].items() if k not in ("date", "wall_time_s", "command")}
+    provenance = {k: v for k, v in stable_dict(report)["provenance"].items() if k != "command"}
     gates = {name: gate["verdict"] for name, gate in report["gates"].items()}
     return {"verdict": report["verdict"], "gates": gates, "bias": report["gates"]["bias"],
             "variance": report["gates"]["variance"], "provenance": provenance}

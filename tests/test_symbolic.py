@@ -1,4 +1,4 @@
-"""Gate 1's symbolic proof level: the evaluator (execution/symbolic.py), the proof (gates/symbolic.py)
+"""Gate 1's symbolic proof level: the evaluator (execution/symbolic/), the proof (execution/proof.py)
 and how judge_algebra combines it with the identity test."""
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from kcert.execution.symbolic import (
     run_symbolic,
     symbols_like,
 )
-from kcert.gates.algebra import judge_algebra
+from kcert.execution import proof as symbolic_proof
 from kcert.execution import symbolic as symbolic_eval
-from kcert.gates import symbolic as symbolic_gate
-from kcert.gates.symbolic import candidate_shapes
+from kcert.execution.algebra import evaluate_algebra
+from kcert.execution.proof import candidate_shapes
+from kcert.gates.algebra import judge_algebra
 from kcert.report import jsonio, terminal
 from kcert.report.html import render_html
 
@@ -41,7 +42,7 @@ ROPE_TINY_INTERLEAVED = R.rope_operator(TINY, layout="interleaved")
 
 def judge(case: kcert.Case, **kwargs):
     weights = probes.draw_weights(case, 0, CPU)
-    return judge_algebra(case, weights, 0, CPU, points=4, wide_points=4, **kwargs)
+    return judge_algebra(evaluate_algebra(case, weights, 0, CPU, points=4, wide_points=4, **kwargs))
 
 
 def norm_case(name, prod, ref=N.rms_norm):
@@ -130,7 +131,7 @@ def test_proof_can_be_disabled():
 
 
 def test_a_spent_budget_falls_back_with_reason(monkeypatch):
-    monkeypatch.setattr(symbolic_gate, "PROOF_BUDGET", 100)
+    monkeypatch.setattr(symbolic_proof, "PROOF_BUDGET", 100)
     a = judge(norm_case("budget", fused_rms_norm))
     assert a.level == "identity test" and a.proof.reason == "budget" and a.verdict is kcert.Verdict.PASS
     assert "work budget of 100 units ran out" in a.proof.note
@@ -153,7 +154,7 @@ def test_the_proof_outcome_does_not_depend_on_the_machines_speed(monkeypatch):
         clock[0] += 1.0
         return clock[0]
 
-    monkeypatch.setattr(symbolic_eval.time, "monotonic", slow)
+    monkeypatch.setattr(symbolic_eval.limits.time, "monotonic", slow)
     loaded = judge(case)
     assert clock[0] > 10.0  # the old wall-clock budget would have run out
     assert loaded.proof.outcome == "proved" and jsonio._proof(loaded.proof) == jsonio._proof(reference.proof)
@@ -328,18 +329,18 @@ def test_integer_inputs_run_natively_and_floats_made_from_them_stay_exact():
 def test_rms_norm_proof_spends_a_small_part_of_the_budget(monkeypatch):
     spent = []
 
-    class Recorded(symbolic_gate.Deadline):
+    class Recorded(symbolic_proof.Deadline):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
             spent.append(self)
 
-    monkeypatch.setattr(symbolic_gate, "Deadline", Recorded)
+    monkeypatch.setattr(symbolic_proof, "Deadline", Recorded)
     case = norm_case("fast", fused_rms_norm)
     weights = probes.draw_weights(case, 0, CPU)
-    a = judge_algebra(case, weights, 0, CPU, points=2, wide_points=2)
-    again = judge_algebra(case, weights, 0, CPU, points=2, wide_points=2)
+    a = judge_algebra(evaluate_algebra(case, weights, 0, CPU, points=2, wide_points=2))
+    again = judge_algebra(evaluate_algebra(case, weights, 0, CPU, points=2, wide_points=2))
     assert a.proof.outcome == again.proof.outcome == "proved"
-    assert spent[0].spent == spent[1].spent < symbolic_gate.PROOF_BUDGET / 20  # deterministic, and cheap
+    assert spent[0].spent == spent[1].spent < symbolic_proof.PROOF_BUDGET / 20  # deterministic, and cheap
 
 
 def closing_over(width):

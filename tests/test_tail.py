@@ -1,4 +1,5 @@
-"""Tests of the GPD tail fit (kcert.stats.tail). Run with PYTHONPATH=src until kcert is installed."""
+"""Tests of the GPD fit and the tail fit (kcert.stats.gpd, kcert.stats.tail). Run with PYTHONPATH=src
+until kcert is installed."""
 
 from __future__ import annotations
 
@@ -12,18 +13,12 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from kcert.stats import tail
-from kcert.stats.tail import (
-    GPDFit,
-    TailFitResult,
-    bootstrap_indices,
-    fit_gpd,
-    fit_gpd_batch,
-    fit_tail,
-    return_level,
-)
+from kcert.stats import gpd, tail
+from kcert.stats.gpd import GPDFit, fit_gpd, fit_gpd_batch, return_level
+from kcert.stats.tail import TailFitResult, bootstrap_indices, fit_tail
 
-TAIL_PY = Path(__file__).resolve().parents[1] / "src" / "kcert" / "stats" / "tail.py"
+STATS = Path(__file__).resolve().parents[1] / "src" / "kcert" / "stats"
+GPD_PY, TAIL_PY = STATS / "gpd.py", STATS / "tail.py"
 HORIZON = 6.25e5  # the default horizon T
 
 
@@ -173,12 +168,12 @@ def test_fit_gpd_batch_chunks_and_empty():
     y = gpd_sample(-0.2, 50, 8)
     samples = y[bootstrap_indices(y.size, 30, seed=1)]
     shapes, scales = fit_gpd_batch(samples)
-    old = tail._CHUNK_ELEMENTS
+    old = gpd._CHUNK_ELEMENTS
     try:
-        tail._CHUNK_ELEMENTS = 7 * 50  # 7 rows a chunk: 5 chunks, the last one short
+        gpd._CHUNK_ELEMENTS = 7 * 50  # 7 rows a chunk: 5 chunks, the last one short
         shapes_c, scales_c = fit_gpd_batch(samples)
     finally:
-        tail._CHUNK_ELEMENTS = old
+        gpd._CHUNK_ELEMENTS = old
     # equal up to the last bits of SIMD log (which depend on an element's position)
     np.testing.assert_allclose(shapes, shapes_c, rtol=0, atol=1e-12)
     np.testing.assert_allclose(scales, scales_c, rtol=1e-12)
@@ -190,23 +185,23 @@ def test_fallback_maximisers_agree():
     """The golden-section fallback (batch) and scipy's bounded search (scalar) find the same
     profile maximum, where the derivative vanishes."""
     samples = np.stack([gpd_sample(xi, 80, 40 + i) for i, xi in enumerate((-0.5, -0.2, -0.05))])
-    rows = tail._Rows(samples)
+    rows = gpd._Rows(samples)
     lo, hi = np.full(3, -6.0), np.full(3, -0.01)
     idx = np.arange(3)
-    s_vec = tail._max_vector(tail._profile_fn(rows), lo, hi, idx)
-    s_sca = tail._max_scalar(tail._profile_fn(rows), lo, hi, idx)
+    s_vec = gpd._max_vector(gpd._profile_fn(rows), lo, hi, idx)
+    s_sca = gpd._max_scalar(gpd._profile_fn(rows), lo, hi, idx)
     np.testing.assert_allclose(s_vec, s_sca, atol=1e-6)
-    assert np.all(np.abs(tail._dprofile(rows, s_vec)) < 1e-6)
+    assert np.all(np.abs(gpd._dprofile(rows, s_vec)) < 1e-6)
 
 
 def test_derivative_matches_finite_differences():
-    rows = tail._Rows(gpd_sample(-0.3, 50, 9)[None, :])
+    rows = gpd._Rows(gpd_sample(-0.3, 50, 9)[None, :])
     for s in (-150.0, -5.0, -0.7, -1e-3, -1e-9, 0.0, 1e-6, 0.5, 3.0):
         h = 1e-6 * max(1.0, abs(s))
-        fd = (tail._profile(rows, np.array([s + h])) - tail._profile(rows, np.array([s - h]))) / (
+        fd = (gpd._profile(rows, np.array([s + h])) - gpd._profile(rows, np.array([s - h]))) / (
             2 * h
         )
-        assert tail._dprofile(rows, np.array([s]))[0] == pytest.approx(fd[0], rel=1e-6, abs=1e-9)
+        assert gpd._dprofile(rows, np.array([s]))[0] == pytest.approx(fd[0], rel=1e-6, abs=1e-9)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -367,26 +362,35 @@ def test_fit_tail_validation():
 
 
 def test_tail_imports_only_numpy_scipy_and_stdlib():
-    tree = ast.parse(TAIL_PY.read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "tail.py must not import from the kcert package"
-            roots.add(node.module.split(".")[0])
     allowed = {"numpy", "scipy", "__future__"} | set(sys.stdlib_module_names)
-    assert roots <= allowed, roots - allowed
-    # and loading the file alone (outside the kcert package) pulls in no torch
+    for path, siblings in ((GPD_PY, set()), (TAIL_PY, {"gpd"})):  # tail.py builds on gpd.py only
+        roots = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    assert (node.level, node.module) in {(1, s) for s in siblings}, \
+                        f"{path.name} must not import from the kcert package"
+                    continue
+                roots.add(node.module.split(".")[0])
+        assert roots <= allowed, (path.name, roots - allowed)
+    # and loading gpd.py alone (outside the kcert package) pulls in no torch
     code = (
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('_tail_probe', {str(TAIL_PY)!r})\n"
-        "mod = importlib.util.module_from_spec(spec); sys.modules['_tail_probe'] = mod\n"
+        f"spec = importlib.util.spec_from_file_location('_gpd_probe', {str(GPD_PY)!r})\n"
+        "mod = importlib.util.module_from_spec(spec); sys.modules['_gpd_probe'] = mod\n"
         "spec.loader.exec_module(mod)\n"
         "mod.fit_gpd([1.0, 2.0, 3.0])\n"
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_tail_keeps_the_gpd_names():
+    """The GPD fit moved to kcert.stats.gpd; its public names still import from kcert.stats.tail."""
+    for name in gpd.__all__:
+        assert name in tail.__all__ and getattr(tail, name) is getattr(gpd, name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,14 +401,14 @@ def test_tail_imports_only_numpy_scipy_and_stdlib():
 def test_gpd_quantile_matches_scipy():
     p = np.linspace(0.0, 0.999, 50)
     for xi in (-0.7, -0.2, 0.0, 0.3):
-        np.testing.assert_allclose(tail.gpd_quantile(p, xi, 1.7), stats.genpareto.ppf(p, xi, scale=1.7),
+        np.testing.assert_allclose(gpd.gpd_quantile(p, xi, 1.7), stats.genpareto.ppf(p, xi, scale=1.7),
                                    rtol=1e-12, atol=1e-15)
     # continuous through xi = 0
-    assert tail.gpd_quantile(0.9, 1e-12, 2.0) == pytest.approx(tail.gpd_quantile(0.9, 0.0, 2.0), rel=1e-9)
+    assert gpd.gpd_quantile(0.9, 1e-12, 2.0) == pytest.approx(gpd.gpd_quantile(0.9, 0.0, 2.0), rel=1e-9)
     with pytest.raises(ValueError, match="probability"):
-        tail.gpd_quantile([0.5, 1.0], 0.0, 1.0)
+        gpd.gpd_quantile([0.5, 1.0], 0.0, 1.0)
     with pytest.raises(ValueError, match="scale"):
-        tail.gpd_quantile(0.5, 0.0, 0.0)
+        gpd.gpd_quantile(0.5, 0.0, 0.0)
 
 
 def test_mean_excess_of_exponential_is_its_scale():

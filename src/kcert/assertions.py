@@ -21,20 +21,58 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ParameterError
-from .reproduce import exact_number
+from .reproduce import certify_call, command_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from .case import Case
-    from .certificate import Certificate, VarianceThresholds
-    from .stats.bias import BiasThresholds
+    from .certificate import Certificate
+    from .stats.thresholds import BiasThresholds, VarianceThresholds
 
 _BUILTIN_SEED = 0
 _BUILTIN_REPLICATES = 1024
 
 
 class NotCertified(AssertionError):
-    """A certificate was FAIL (or WARN, unless allowed). ``certificate`` is the full result;
-    ``reports`` the report files written for it (empty without a report folder)."""
+    """A certificate was FAIL (or WARN, unless allowed): the failure :func:`kcert.assert_certified` raises.
+
+    An ``AssertionError``, so that pytest reports a failed test, and not a :class:`kcert.KcertError`
+    (``except KcertError`` does not swallow a failed certification). The message is the diagnosis
+    and the command that reproduces the certificate.
+
+    Parameters
+    ----------
+    message : str
+        The failure message.
+    certificate : kcert.Certificate or None, default None
+        The certificate (None only so that the exception pickles).
+    reports : tuple of pathlib.Path, default ()
+        The report files written for it.
+
+    Attributes
+    ----------
+    certificate : kcert.Certificate
+        The full result.
+    reports : tuple of pathlib.Path
+        The report files written for it (empty without a report folder).
+
+    Examples
+    --------
+    A production kernel that forms the gain ``(1 + w)`` in bf16 where the reference keeps float32:
+
+    >>> import kcert
+    >>> def ref(x, w):
+    ...     return (x.float() * (1 + w.float())).to(x.dtype)
+    >>> def prod(x, w):
+    ...     return x * (1 + w)
+    >>> case = kcert.Case(name="bf16_gain", ref=ref, prod=prod,
+    ...                   inputs={"x": kcert.Gaussian((4, 16), shift=0.1)},
+    ...                   weights={"w": kcert.Gaussian((16,), std=0.02)})
+    >>> try:
+    ...     kcert.assert_certified(case, replicates=64)
+    ... except kcert.NotCertified as failure:
+    ...     print(failure.certificate.verdict, "in the bias gate:", failure.certificate.gates["bias"])
+    FAIL in the bias gate: FAIL
+    """
 
     # certificate has a default so that the exception pickles (as pytest-xdist and multiprocessing need)
     def __init__(self, message: str, certificate: Certificate | None = None, reports: tuple[Path, ...] = ()):
@@ -148,21 +186,10 @@ def reproduce_command(case: Case, casefile: str | None, *, replicates: int, hori
                       max_replicates: int | None, device: str, extras: dict) -> str:
     """``kcert certify FILE --case NAME ...`` when the case lives in a case file and every setting
     has a command-line option; otherwise the Python call that reproduces the certificate."""
+    settings = dict(replicates=replicates, horizon=horizon, seed=seed, max_replicates=max_replicates, device=device)
     if casefile is not None and not extras:
-        words = ["kcert", "certify", casefile, "--case", case.name, "--replicates", str(replicates),
-                 "--horizon", exact_number(horizon), "--seed", str(seed)]
-        if max_replicates is not None:
-            words += ["--max-replicates", str(max_replicates)]
-        if device != "cpu":
-            words += ["--device", device]
-        return shlex.join(words)
-    args = [f"<case {case.name!r}>", f"replicates={replicates}", f"horizon={exact_number(horizon)}", f"seed={seed}"]
-    if max_replicates is not None:
-        args.append(f"max_replicates={max_replicates}")
-    if device != "cpu":
-        args.append(f"device={device!r}")
-    args += [f"{k}={v!r}" for k, v in extras.items()]
-    return f"kcert.certify({', '.join(args)})"
+        return command_line(["kcert", "certify", casefile, "--case", case.name], **settings)
+    return certify_call(f"<case {case.name!r}>", **settings, extras=extras)
 
 
 # --- reports ---------------------------------------------------------------------------------------
@@ -226,7 +253,58 @@ def assert_certified(
     Python call. ``replicates``, ``horizon``, ``seed``, ``report_dir`` and ``html`` left as None take
     the pytest session's ``--kcert-*`` options, then kcert's defaults (1024 replicates, seed 0, one
     optimizer step). With a report folder the JSON (and with ``html`` the HTML) report is written
-    there as ``<case name>.json`` whatever the verdict.
+    there as ``<case name>.json`` whatever the verdict. docs/tutorial.md (section 7) shows it in a
+    test suite.
+
+    Parameters
+    ----------
+    case : kcert.Case
+        The case to certify.
+    replicates : int, optional
+        The number of replicates (session option, then 1024).
+    horizon : float, optional
+        The number of kernel calls the variance gate judges over (session option, then one
+        optimizer step).
+    seed : int, optional
+        The seed of every draw (session option, then 0).
+    max_replicates, device, bias_thresholds, variance_thresholds
+        As in :func:`kcert.certify`. A call that sets thresholds is reproduced by the Python call.
+    allow_warn : bool, default False
+        Accept a WARN: return its certificate with a warning (it still needs a human numerical
+        review) instead of raising.
+    report_dir : str or os.PathLike, optional
+        The folder (created if missing) the reports are written to; not an existing file.
+    html : bool, optional
+        Also write the HTML report.
+    casefile : str or os.PathLike, optional
+        The case file defining ``case``, named in the reproduce command.
+
+    Returns
+    -------
+    kcert.Certificate
+        The certificate, PASS (or WARN with ``allow_warn``).
+
+    Raises
+    ------
+    kcert.NotCertified
+        If the certificate is FAIL, or WARN without ``allow_warn``.
+    kcert.ParameterError
+        If ``case`` is not a ``kcert.Case``, a flag is not a bool, ``report_dir`` is not a folder
+        path or ``casefile`` is not a file.
+
+    Examples
+    --------
+    >>> import kcert
+    >>> def ref(x, w):
+    ...     return x * (1 + w)
+    >>> def prod(x, w):
+    ...     return x * (w + 1)
+    >>> case = kcert.Case(name="gain", ref=ref, prod=prod,
+    ...                   inputs={"x": kcert.Gaussian((4, 16), shift=0.1)},
+    ...                   weights={"w": kcert.Gaussian((16,), std=0.02)})
+    >>> cert = kcert.assert_certified(case, replicates=64)  # raises kcert.NotCertified unless PASS
+    >>> print(cert.verdict)
+    PASS
     """
     __tracebackhide__ = True  # pytest: the traceback ends at the test's call, not in here
     from .case import Case

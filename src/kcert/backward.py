@@ -288,18 +288,63 @@ def gradients(
 ) -> Case:
     """A case certifying the gradients of ``case`` (backward kernels) with the same three gates.
 
-    ``wrt``: the inputs and weights to differentiate, by name; default every floating input and
-    weight except ``Fixed`` ones. ``cotangent``: the upstream gradient of each output, redrawn per
-    replicate: a probe (its shape must be the output's), a function ``shape -> probe``, or a dict
-    output name -> either; default ``Gaussian(shape, shift=0.1)``. A scalar loss trained with
-    ``loss.backward()`` has the cotangent ``kcert.Fixed(torch.tensor(1.0))``. ``buckets``: a spec
-    for every gradient or a dict ``wrt name -> spec``; default the last axis for inputs, the
-    leading (parameter channel) axis for weights. ``include_forward``: also certify the forward
-    outputs (with the case's own buckets). ``name``: default ``"<case>_grad"``.
-
     The new case's kernels take the case's probes plus one cotangent per output (named
     ``cotangent``, or ``cotangent_<i>`` for several outputs) and return the forward outputs, then
-    one gradient per ``wrt`` name, named ``grad_<name>``.
+    one gradient per ``wrt`` name, named ``grad_<name>``. ref and prod are differentiated the same
+    way (autograd, or their own hand-written backward); the oracle is the wrapped ref in real mode,
+    or a given ``oracle`` differentiated in float64 (module docstring, docs/tutorial.md).
+
+    Parameters
+    ----------
+    case : kcert.Case
+        The forward case.
+    wrt : str or sequence of str, optional
+        The inputs and weights to differentiate, by name; default every floating input and weight
+        except ``Fixed`` ones.
+    cotangent : probe, callable or dict, optional
+        The upstream gradient of each output, redrawn per replicate: a probe (its shape must be the
+        output's), a function ``shape -> probe``, or a dict output name -> either; default
+        ``Gaussian(shape, shift=0.1)``. A scalar loss trained with ``loss.backward()`` has the
+        cotangent ``kcert.Fixed(torch.tensor(1.0))``.
+    buckets : kcert.Axes, kcert.Labels or dict, optional
+        A spec for every gradient or a dict ``wrt name -> spec``; default the last axis for inputs,
+        the leading (parameter channel) axis for weights.
+    include_forward : bool, default True
+        Also certify the forward outputs (with the case's own buckets).
+    name : str, optional
+        The new case's name; default ``"<case>_grad"``.
+
+    Returns
+    -------
+    kcert.Case
+        The gradient case, certified like any other (:func:`kcert.certify`). Its output shapes come
+        from one dry evaluation of ref, forward and backward, on the ``meta`` device (or once on CPU
+        when ref cannot run there).
+
+    Raises
+    ------
+    kcert.CaseError
+        If an argument is malformed, or the dry evaluation finds an output that does not require
+        grad, a ``wrt`` argument no output depends on, or a cotangent probe of the wrong shape.
+
+    Examples
+    --------
+    SiLU written out against torch's fused one; autograd differentiates both:
+
+    >>> import torch, kcert
+    >>> def silu(x):
+    ...     return torch.nn.functional.silu(x)
+    >>> def silu_composed(x):
+    ...     return x * torch.sigmoid(x)
+    >>> case = kcert.Case(name="silu", ref=silu, prod=silu_composed,
+    ...                   inputs={"x": kcert.Gaussian((4, 16), shift=0.1)})
+    >>> grads = kcert.gradients(case)
+    >>> grads.name, grads.output_names
+    ('silu_grad', ('output', 'grad_x'))
+    >>> sorted(grads.inputs)  # the cotangent is redrawn per replicate, like x
+    ['cotangent', 'x']
+    >>> print(kcert.certify(grads, replicates=64).verdict)
+    PASS
     """
     if not isinstance(case, Case):
         raise CaseError(f"gradients: case must be a kcert.Case, got {type(case).__name__}")

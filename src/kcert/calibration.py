@@ -11,7 +11,6 @@ The arithmetic of rates and proposals is pure (kcert.stats.calibration).
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -19,11 +18,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .certificate import BiasResult, Certificate, VarianceResult, VarianceThresholds
+from .certificate import BiasResult, Certificate, VarianceResult
 from .certification import certify
 from .errors import KcertError, ParameterError
 from .gates.bias import rejudge
-from .stats.bias import BiasThresholds
+from .numbers import fmt
+from .numbers import json_number as number
+from .stats.thresholds import BiasThresholds, VarianceThresholds
 from .stats.calibration import LADDER, TARGET_RATE, Rate, WarnLineProposal, propose_warn_line
 from .verdict import Verdict
 
@@ -61,17 +62,6 @@ class OutputSample:
 
     def to_dict(self) -> dict:
         return {k: number(v) if isinstance(v, float) else v for k, v in self.__dict__.items()}
-
-
-def number(x):
-    """A strict-JSON scalar: non-finite floats as the strings "Infinity", "-Infinity", "NaN" (as the
-    certificate's JSON writes them)."""
-    if x is None or isinstance(x, (bool, int, str)):
-        return x
-    x = float(x)
-    if math.isfinite(x):
-        return x
-    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
 def structural_alarm(v: VarianceResult) -> bool:
@@ -369,14 +359,6 @@ def calibrate(family: str | Sequence[str] | None = None, seeds: int | Sequence[i
                        tuple(errors), time.perf_counter() - started, environment, excluded)
 
 
-def _g(x, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return f"{x:.{digits}g}"
-
-
 def _rate(r: Rate) -> str:
     return f"{r.alarms}/{r.n}" + (f" ({r.rate:.0%}, <= {r.upper:.0%})" if r.n else "")
 
@@ -392,7 +374,7 @@ def variance_rows(cal: Calibration) -> list[list[str]]:
             r = w.proposal_rate
             proposal = f"{w.proposal:g} ({r.alarms}/{r.n}" + (", the default holds)" if w.holds else ")")
         rows.append([f.family, str(len(f.controls)), str(len(f.judged)), _rate(f.variance_warn), _rate(f.variance_fail),
-                     _g(f.u_median), _g(f.u_max), _g(f.return_level_max), str(f.shapes_differ),
+                     fmt(f.u_median), fmt(f.u_max), fmt(f.return_level_max), str(f.shapes_differ),
                      str(w.structural.alarms), lines, proposal])
     return rows
 
@@ -408,8 +390,8 @@ def bias_rows(cal: Calibration) -> list[list[str]]:
     rows = []
     for f in cal.families:
         fwer = max((s.familywise_error_bound for s in f.samples), default=0.0)
-        rows.append([f.family, str(len(f.samples)), _rate(f.bias_warn), _rate(f.bias_fail), _g(f.max_abs_z),
-                     _g(f.max_effect_ulp), _g(f.max_significant_effect_ulp), f"{f.ulp_floor:g}",
+        rows.append([f.family, str(len(f.samples)), _rate(f.bias_warn), _rate(f.bias_fail), fmt(f.max_abs_z),
+                     fmt(f.max_effect_ulp), fmt(f.max_significant_effect_ulp), f"{f.ulp_floor:g}",
                      _rate(f.bias_fail_no_attribution) if f.bias_fail_no_attribution else "-", f"<= {fwer:.2g}"])
     return rows
 
@@ -426,12 +408,12 @@ def control_rows(cal: Calibration) -> list[list[str]]:
             def verdicts(attr, ss=ss):
                 return ", ".join(f"{v} {n}" for v, n in sorted(_counts(getattr(s, attr) for s in ss).items()))
 
-            rows.append([f"`{name}`", f.family, str(len(ss)), verdicts("variance_verdict"), _g(max(us, default=None)),
-                         _g(max((s.return_level for s in ss if s.return_level is not None), default=None)),
+            rows.append([f"`{name}`", f.family, str(len(ss)), verdicts("variance_verdict"), fmt(max(us, default=None)),
+                         fmt(max((s.return_level for s in ss if s.return_level is not None), default=None)),
                          str(sum(s.shapes_differ for s in ss)), verdicts("bias_verdict"),
                          verdicts("bias_verdict_no_attribution"),
-                         _g(max(s.max_abs_z for s in ss)),
-                         _g(max(max(s.max_effect_ulp_raw, s.max_effect_ulp_sign_aligned or 0.0) for s in ss)),
+                         fmt(max(s.max_abs_z for s in ss)),
+                         fmt(max(max(s.max_effect_ulp_raw, s.max_effect_ulp_sign_aligned or 0.0) for s in ss)),
                          str(max(s.replicates for s in ss))])
     return rows
 

@@ -59,8 +59,41 @@ class Probe:
 
 @dataclass(frozen=True)
 class Gaussian(Probe):
-    """Independent N(shift, std**2) entries. The default shift of 0 is symmetric: docs/method.md
-    (Gate 2) recommends shift=0.1 so multiplicative defects of odd kernels stay visible."""
+    """Independent N(shift, std**2) entries.
+
+    The default shift of 0 is symmetric: docs/method.md (Gate 2) recommends shift=0.1 so
+    multiplicative defects of odd kernels stay visible. Draws are rounded to the case dtype; the
+    oracle gets an exact float64 copy of the same values.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The shape of one draw; an int is a one-dimensional shape. Sizes must be non-negative.
+    shift : float, default 0.0
+        The mean of every entry (finite).
+    std : float, default 1.0
+        The standard deviation of every entry (finite, > 0).
+
+    Raises
+    ------
+    kcert.CaseError
+        If ``shape`` is not a tuple of non-negative ints, or ``shift`` or ``std`` is out of range.
+
+    See Also
+    --------
+    kcert.Uniform, kcert.Integers, kcert.Fixed, kcert.Custom : the other probes.
+
+    Examples
+    --------
+    >>> import kcert
+    >>> probe = kcert.Gaussian((2, 3), shift=0.1)
+    >>> probe.shape
+    (2, 3)
+    >>> probe.describe()
+    {'kind': 'Gaussian', 'shape': [2, 3], 'shift': 0.1, 'std': 1.0}
+    >>> kcert.Gaussian(8, std=0.02).shape
+    (8,)
+    """
 
     shape: tuple[int, ...]
     shift: float = 0.0
@@ -84,7 +117,32 @@ class Gaussian(Probe):
 
 @dataclass(frozen=True)
 class Uniform(Probe):
-    """Independent U(low, high) entries."""
+    """Independent U(low, high) entries.
+
+    Draws are rounded to the case dtype; the oracle gets an exact float64 copy of the same values.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The shape of one draw; an int is a one-dimensional shape. Sizes must be non-negative.
+    low, high : float, default -1.0 and 1.0
+        The bounds of every entry (finite, ``low < high``).
+
+    Raises
+    ------
+    kcert.CaseError
+        If ``shape`` is not a tuple of non-negative ints, or the bounds are not finite with ``low < high``.
+
+    Examples
+    --------
+    >>> import kcert
+    >>> kcert.Uniform((2, 3), low=0.0, high=2.0).describe()
+    {'kind': 'Uniform', 'shape': [2, 3], 'low': 0.0, 'high': 2.0}
+    >>> kcert.Uniform((4,), low=1.0, high=1.0)
+    Traceback (most recent call last):
+        ...
+    kcert.errors.CaseError: Uniform: low must be < high, got low=1.0, high=1.0
+    """
 
     shape: tuple[int, ...]
     low: float = -1.0
@@ -113,7 +171,32 @@ class Uniform(Probe):
 
 @dataclass(frozen=True)
 class Integers(Probe):
-    """Independent integers in [low, high): token ids, positions, labels. Kept as int64."""
+    """Independent integers in [low, high): token ids, positions, labels. Kept as int64.
+
+    Integer draws are not rounded to the case dtype; ref, prod and the oracle get the same tensor.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The shape of one draw; an int is a one-dimensional shape. Sizes must be non-negative.
+    low, high : int, default 0 and 2
+        The half-open range ``[low, high)`` of every entry (ints, ``low < high``).
+
+    Raises
+    ------
+    kcert.CaseError
+        If ``shape`` is not a tuple of non-negative ints, or ``low`` and ``high`` are not ints with
+        ``low < high``.
+
+    Examples
+    --------
+    >>> import torch, kcert
+    >>> tokens = kcert.Integers((4,), high=10)
+    >>> tokens.describe()
+    {'kind': 'Integers', 'shape': [4], 'low': 0, 'high': 10}
+    >>> tokens.sample(torch.Generator().manual_seed(0), torch.device("cpu"), torch.float32).dtype
+    torch.int64
+    """
 
     shape: tuple[int, ...]
     low: int = 0
@@ -138,7 +221,35 @@ class Integers(Probe):
 @dataclass(frozen=True, eq=False)
 class Fixed(Probe):
     """A constant tensor kept in its own dtype (positions, labels, masks, a captured activation).
-    ref and prod get it as it is; the oracle gets an exact float64 copy when it is floating."""
+
+    ref and prod get it as it is; the oracle gets an exact float64 copy when it is floating. The
+    same value is used for every replicate. :func:`kcert.gradients` does not differentiate a Fixed
+    probe unless it is named in ``wrt``.
+
+    Parameters
+    ----------
+    value : torch.Tensor
+        The tensor, moved to the run's device.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The shape of ``value``.
+
+    Raises
+    ------
+    kcert.CaseError
+        If ``value`` is not a ``torch.Tensor``.
+
+    Examples
+    --------
+    >>> import torch, kcert
+    >>> positions = kcert.Fixed(torch.arange(4))
+    >>> positions.shape
+    (4,)
+    >>> positions.describe()
+    {'kind': 'Fixed', 'shape': [4], 'dtype': 'int64'}
+    """
 
     value: torch.Tensor
 
@@ -161,8 +272,39 @@ class Fixed(Probe):
 
 @dataclass(frozen=True, eq=False)
 class Custom(Probe):
-    """Any distribution: ``fn(generator, device)`` returns a tensor. Floating results are rounded
-    to the case dtype like Gaussian draws; ``description`` is recorded in the report."""
+    """Any distribution: ``fn(generator, device)`` returns a tensor.
+
+    Floating results are rounded to the case dtype like Gaussian draws; integer results are kept
+    as they are. ``description`` is recorded in the report.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(generator, device) -> torch.Tensor``: one draw, made with the ``torch.Generator`` given
+        (seeded from the run's seed, and the replicate for an input, so a draw is reproducible) on
+        ``device``.
+    description : str, default "custom"
+        What the distribution is, as the report shows it.
+    shape : tuple of int or None, default None
+        The shape of a draw, when known (a shape sweep reads it, and :func:`kcert.gradients` checks a
+        cotangent probe against it); it is not checked against the draws.
+
+    Raises
+    ------
+    kcert.CaseError
+        When a draw is made, if ``fn`` does not return a tensor.
+
+    Examples
+    --------
+    >>> import torch, kcert
+    >>> def heavy_tailed(generator, device):
+    ...     return torch.randn(8, generator=generator, device=device) ** 3
+    >>> probe = kcert.Custom(heavy_tailed, "N(0, 1) cubed", shape=(8,))
+    >>> probe.describe()
+    {'kind': 'Custom', 'description': 'N(0, 1) cubed'}
+    >>> probe.sample(torch.Generator().manual_seed(0), torch.device("cpu"), torch.float32).shape
+    torch.Size([8])
+    """
 
     fn: Callable[[torch.Generator, torch.device], torch.Tensor]
     description: str = "custom"
@@ -197,9 +339,37 @@ class BucketSpec:
 
 @dataclass(frozen=True, init=False)
 class Axes(BucketSpec):
-    """Buckets named by the index along these output axes: ``Axes(-1)`` is one bucket per
-    feature channel, ``Axes(1)`` per head of a (B, H, S, D) output, ``Axes(2, 3)`` per position x
-    frequency pair. ``Axes()`` makes one bucket of the whole output."""
+    """Buckets named by the index along these output axes.
+
+    ``Axes(-1)`` is one bucket per feature channel, ``Axes(1)`` per head of a (B, H, S, D) output,
+    ``Axes(2, 3)`` per position x frequency pair. ``Axes()`` makes one bucket of the whole output.
+    The bias gate tests each bucket's mean difference between prod and ref (docs/method.md).
+
+    Parameters
+    ----------
+    *axes : int
+        Output axes, negative counting from the last. Each must fit the output it buckets, once.
+
+    Raises
+    ------
+    kcert.CaseError
+        If an axis is not an int; when the case runs, if an axis does not fit the output's number
+        of dimensions or is named twice.
+
+    See Also
+    --------
+    kcert.Labels : data-dependent buckets.
+
+    Examples
+    --------
+    >>> import kcert
+    >>> kcert.Axes(-1)
+    Axes(axes=(-1,))
+    >>> kcert.Axes(-1).resolve(4, "output")  # the axes of a 4-dimensional output
+    (3,)
+    >>> kcert.Axes().describe()  # one bucket of the whole output
+    {'kind': 'Axes', 'axes': []}
+    """
 
     axes: tuple[int, ...]
 
@@ -226,9 +396,38 @@ class Axes(BucketSpec):
 
 @dataclass(frozen=True, eq=False)
 class Labels(BucketSpec):
-    """Data-dependent buckets: ``fn(inputs, weights, ref_output)`` returns an integer tensor
-    broadcastable to the output (e.g. the expert each token was routed to). Negative labels
-    exclude elements. ``count`` fixes the number of buckets; otherwise it grows as labels appear."""
+    """Data-dependent buckets: ``fn(inputs, weights, ref_output)`` returns an integer tensor.
+
+    The labels are broadcastable to the output (e.g. the expert each token was routed to).
+    Negative labels exclude elements.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(inputs, weights, ref_output) -> torch.Tensor``: the inputs and weights as dicts of name
+        -> tensor, and ref's output; returns one integer label per element (broadcastable).
+    count : int or None, default None
+        Fixes the number of buckets (>= 1); otherwise it grows as labels appear.
+    name : str, default "label"
+        What a label is, as the report shows it (e.g. "expert").
+
+    Raises
+    ------
+    kcert.CaseError
+        If ``fn`` is not callable or ``count`` is not None or an int >= 1.
+
+    See Also
+    --------
+    kcert.Axes : buckets named by output axes.
+
+    Examples
+    --------
+    >>> import kcert
+    >>> def routed_expert(inputs, weights, ref_output):
+    ...     return inputs["expert"].unsqueeze(-1)  # (tokens, 1): one label per token row
+    >>> kcert.Labels(routed_expert, count=4, name="expert").describe()
+    {'kind': 'Labels', 'name': 'expert', 'count': 4}
+    """
 
     fn: Callable[[Mapping[str, torch.Tensor], Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor]
     count: int | None = None
@@ -251,35 +450,113 @@ class Labels(BucketSpec):
 class Case:
     """One kernel pair to certify.
 
-    ref, prod: callables taking the inputs and weights as keyword arguments and returning a
-    tensor or a tuple of tensors. oracle: optional float64 math definition of ref (called with
-    float64 copies of the same probe values, not in real mode, so roundings that belong to the
-    model definition can be kept); default: ref evaluated in real mode. prod_math: optional real
-    definition of prod for the algebra gate when prod cannot run in real mode (Triton, CUDA).
-    buckets: one spec for every output, or a sequence with one spec per output.
-    independent_leading_axis: declare that ref, prod and the oracle treat a new leading axis
-    independently: called with every input stacked along a new axis 0 (weights unchanged), they
-    return each output stacked the same way, slice ``i`` computed from slice ``i`` of the inputs
-    alone (row-wise norms, activations, RoPE, attention written with negative axes). The runner
-    then evaluates several replicates per kernel call (batch size from ``certify(batch_memory=...)``);
-    each replicate still draws from its own seed and is reduced on its own slice, so the
-    certificate is the one an unbatched run gives, up to the kernels' own batch dependence.
-    dtypes_may_differ: declare that prod may return another dtype than ref (a float32 output where ref
-    returns bf16); without it a differing output dtype is an interface change and the bias gate WARNs.
-    prod_precisions: the precisions the algebra gate's precision ladder tries prod at when prod
-    cannot run in real mode (default: the working dtype, float32 and float64; each is tried, and a
-    precision prod refuses is left out). accept_untested_algebra: when no algebra test can run (an
-    opaque prod at one precision), let the verdict rest on the bias and variance gates instead of
-    WARN; the certificate states the limit (docs/verdicts.md).
-    training_dtype: the precision the training that consumes the outputs runs at (default: the case
-    dtype when it is bf16 or float16, else bf16); harm is judged in ULPs of the coarser of each output's
-    own format and this one, so a float32 output of a bf16 training is judged in bf16 ULPs.
-    shapes: a shape sweep (docs/kernelbench.md): the algebra gate and a short bias/variance run at other
-    shapes, after the full run at the declared ones; a FAIL at any of them FAILs the certificate. ``True``
-    derives the shapes from the probes (non-powers of two, a size-1 leading axis, row lengths past the
-    block sizes 64/128/256); or a sequence whose items are ``{probe name: shape}`` (Gaussian, Uniform and
-    Integers probes can be resized; sizes not named stay) or whole ``kcert.Case`` variants (other
-    kernels or probes at another size, e.g. a module rebuilt at another width). Default None: no sweep.
+    kcert draws the ``inputs`` afresh for every replicate and the ``weights`` once per run, calls
+    ``ref`` and ``prod`` on the same values (floating draws rounded to ``dtype``) and the oracle on
+    exact float64 copies, then runs the three gates on the outputs (docs/method.md). Certify a case
+    with :func:`kcert.certify` or :func:`kcert.assert_certified`, or define it at module level in a
+    case file for ``kcert certify FILE``.
+
+    Parameters
+    ----------
+    name : str
+        The case's name (non-empty), as the reports and ``kcert certify --case NAME`` use it.
+    ref, prod : callable
+        Callables taking the inputs and weights as keyword arguments and returning a tensor or a
+        tuple of tensors.
+    inputs : dict of str -> probe
+        At least one probe (:class:`kcert.Gaussian`, :class:`kcert.Uniform`, :class:`kcert.Integers`,
+        :class:`kcert.Fixed`, :class:`kcert.Custom`) per argument name, redrawn for every replicate.
+    weights : dict of str -> probe, default {}
+        Probes drawn once per run and shared by ref, prod and the oracle. A name cannot be both an
+        input and a weight.
+    buckets : kcert.Axes or kcert.Labels, or a sequence of them, default ``kcert.Axes(-1)``
+        One spec for every output, or a sequence with one spec per output.
+    dtype : torch.dtype, default torch.bfloat16
+        The working precision (float64, float32, float16 or bfloat16): floating draws are rounded to it.
+    oracle : callable or None, default None
+        Optional float64 math definition of ref (called with float64 copies of the same probe
+        values, not in real mode, so roundings that belong to the model definition can be kept);
+        default: ref evaluated in real mode.
+    prod_math : callable or None, default None
+        Optional real definition of prod for the algebra gate when prod cannot run in real mode
+        (Triton, CUDA).
+    output_names : sequence of str or None, default None
+        One name per output, as the reports show it; default ``"output"``, or ``"output[i]"`` when
+        the kernels return several outputs.
+    description : str, default ""
+        Free text recorded in the report.
+    independent_leading_axis : bool, default False
+        Declare that ref, prod and the oracle treat a new leading axis independently: called with
+        every input stacked along a new axis 0 (weights unchanged), they return each output stacked
+        the same way, slice ``i`` computed from slice ``i`` of the inputs alone (row-wise norms,
+        activations, RoPE, attention written with negative axes). The runner then evaluates several
+        replicates per kernel call (batch size from ``certify(batch_memory=...)``); each replicate
+        still draws from its own seed and is reduced on its own slice, so the certificate is the one
+        an unbatched run gives, up to the kernels' own batch dependence.
+    dtypes_may_differ : bool, default False
+        Declare that prod may return another dtype than ref (a float32 output where ref returns
+        bf16); without it a differing output dtype is an interface change and the bias gate WARNs.
+    prod_precisions : sequence of torch.dtype or None, default None
+        The precisions the algebra gate's precision ladder tries prod at when prod cannot run in
+        real mode (default: the working dtype, float32 and float64; each is tried, and a precision
+        prod refuses is left out).
+    accept_untested_algebra : bool, default False
+        When no algebra test can run (an opaque prod at one precision), let the verdict rest on the
+        bias and variance gates instead of WARN; the certificate states the limit (docs/verdicts.md).
+    training_dtype : torch.dtype or None, default None
+        The precision the training that consumes the outputs runs at (default: the case dtype when
+        it is bf16 or float16, else bf16); harm is judged in ULPs of the coarser of each output's
+        own format and this one, so a float32 output of a bf16 training is judged in bf16 ULPs.
+    shapes : bool, sequence or None, default None
+        A shape sweep (docs/kernelbench.md): the algebra gate and a short bias/variance run at other
+        shapes, after the full run at the declared ones; a FAIL at any of them FAILs the
+        certificate. ``True`` derives the shapes from the probes (non-powers of two, a size-1
+        leading axis, row lengths past the block sizes 64/128/256); or a sequence whose items are
+        ``{probe name: shape}`` (Gaussian, Uniform and Integers probes can be resized; sizes not
+        named stay) or whole ``kcert.Case`` variants (other kernels or probes at another size, e.g.
+        a module rebuilt at another width). Default None: no sweep.
+
+    Attributes
+    ----------
+    training_format : str
+        The name of the precision harm is judged for (``training_dtype`` or its default).
+
+    Raises
+    ------
+    kcert.CaseError
+        If the declaration is malformed: a kernel that is not callable, a dtype kcert does not
+        know, a probe or bucket spec of the wrong kind, a name in both inputs and weights, a shape
+        sweep that names an unknown or non-resizable probe. A number of bucket specs or output
+        names that does not match the kernels' outputs is reported when the case runs.
+
+    See Also
+    --------
+    kcert.certify, kcert.assert_certified : certify a case.
+    kcert.gradients : the case of a case's gradients.
+
+    Examples
+    --------
+    A reference that forms the gain ``(1 + w)`` in bf16, and a rewrite that commutes the addition
+    (tiny shapes and 64 replicates, so that the example runs in a second; the default is 1024):
+
+    >>> import torch, kcert
+    >>> def ref(x, w):
+    ...     return x * (1 + w)
+    >>> def prod(x, w):
+    ...     return x * (w + 1)
+    >>> case = kcert.Case(
+    ...     name="gain",
+    ...     ref=ref,
+    ...     prod=prod,
+    ...     inputs={"x": kcert.Gaussian((4, 16), shift=0.1)},  # redrawn for every replicate
+    ...     weights={"w": kcert.Gaussian((16,), std=0.02)},  # drawn once, shared
+    ...     buckets=kcert.Axes(-1),  # one bucket per channel
+    ...     dtype=torch.bfloat16,
+    ... )
+    >>> case.training_format
+    'bfloat16'
+    >>> print(kcert.certify(case, replicates=64).verdict)
+    PASS
     """
 
     name: str

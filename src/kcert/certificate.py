@@ -9,12 +9,12 @@ import numpy as np
 
 from .checks.results import AdequacyResult, PeerRulesResult, ShapeSweepResult
 from .diagnostics import Diagnostic
-from .errors import ParameterError
 from .stats import identity
-from .stats.bias import FAIL, REASON_TEXT, WARN, BiasThresholds, BucketTestResult
+from .stats.bias import FAIL, REASON_TEXT, WARN, BucketTestResult
 from .stats.bitwise import BIN_LABELS, GrowthTest
 from .stats.tail import TailFitResult
 from .stats.tail_ratio import TailRatioInterval
+from .stats.thresholds import BiasThresholds, VarianceThresholds
 from .verdict import Verdict, combine
 
 
@@ -121,6 +121,45 @@ class LadderResult:
 
 @dataclass(frozen=True)
 class AlgebraResult:
+    """Gate 1: does prod compute the same real function as ref? (docs/method.md, "Gate 1")
+
+    Attributes
+    ----------
+    verdict : Verdict
+        PASS, WARN, FAIL or SKIPPED (no algebra test could run).
+    reason : str
+        The verdict in one sentence, with the figure behind it.
+    level : str
+        The evidence the verdict rests on: "proof", "identity test", "precision ladder" or "skipped"
+        (``level_text`` says it in words).
+    points, wide_points : int
+        Probe points of the identity test at the case's probes and at widened probes.
+    ref_side, prod_side : str
+        How each side was evaluated (real mode in float64, or why it could not be).
+    outputs : tuple of AlgebraOutputResult
+        Per output: the float64 and float32 discrepancies of the identity test.
+    fail_floor, rounding_shrink : float
+        The identity test's FAIL floor and the shrink float32 -> float64 expected of rounding alone.
+    diagnostics : tuple of Diagnostic
+        Named findings (code, meaning, remedy).
+    proof : AlgebraProofResult or None
+        The symbolic proof at a small shape (None when not attempted), with its witness when disproved.
+    ladder : LadderResult or None
+        The precision ladder, for a prod real mode cannot follow (an opaque kernel).
+    untested_accepted : bool
+        SKIPPED and accepted by the user (``accept_untested_algebra``); ``untested_limit`` says what
+        stays untested.
+
+    Examples
+    --------
+    >>> import torch, kcert
+    >>> case = kcert.Case(name="half", ref=lambda x: x * 0.5, prod=lambda x: x / 2,
+    ...                   inputs={"x": kcert.Gaussian((32,))}, dtype=torch.bfloat16)
+    >>> cert = kcert.certify(case, replicates=128, peer_rules=False, algebra_proof=False)
+    >>> cert.algebra.verdict.value, cert.algebra.level
+    ('PASS', 'identity test')
+    """
+
     verdict: Verdict
     reason: str
     level: str  # the evidence the verdict rests on: "proof", "identity test", "precision ladder" or "skipped"
@@ -174,7 +213,56 @@ class BucketFinding:
 
 @dataclass(frozen=True, eq=False)
 class BiasResult:
-    """Gate 2 for one output."""
+    """Gate 2 for one output: is there a coherent difference between prod and ref that adds up over
+    ``horizon`` calls? (docs/method.md, "Gate 2")
+
+    Per bucket, the mean of prod - ref (raw) and of (prod - ref) * sign(ref) (sign-aligned) over the
+    replicates is z-tested; a significant bias larger than the ULP floor and harmful within the
+    horizon FAILs, unless the oracle attributes it to ref.
+
+    Attributes
+    ----------
+    output, dtype, prod_dtype : str
+        The output's name and the formats of ref's and prod's values.
+    verdict : Verdict
+        The worst bucket's verdict.
+    thresholds : BiasThresholds
+        What the buckets were judged against.
+    horizon : float
+        T, kernel calls.
+    replicates : int
+        Replicates behind the means.
+    bucket_labels : tuple of str
+        One label per bucket (e.g. "channel 17").
+    reference_magnitude, ulp : numpy.ndarray
+        Per bucket: mean |ref| and one ULP of the harm format there.
+    tests : tuple of BucketTestResult
+        One per statistic (raw, sign-aligned): z, effect in ULP, verdict and reason per bucket.
+    familywise_error_bound, min_detectable_effect, horizon_covered, replicates_for_horizon, s_min : float
+        The power of the run: the false-alarm bound over all tests, the smallest standardized effect
+        detected with the thresholds' power, the horizon that effect covers, the replicates the
+        declared horizon needs, and the harm boundary.
+    nonfinite_prod, nonfinite_ref : int
+        Elements where one side is non-finite and the other is not (``nonfinite_replicates``: where).
+    attribution, oracle : bool
+        Whether the verdicts split biases into prod's and ref's through the oracle, and whether an
+        oracle was available.
+    moments : dict
+        Row -> (count, mean, std) per bucket: the evidence, kept so the result can be judged again.
+    diagnostics : tuple of Diagnostic
+        Named findings (code, meaning, remedy).
+
+    Examples
+    --------
+    >>> import torch, kcert
+    >>> case = kcert.Case(name="half", ref=lambda x: x * 0.5, prod=lambda x: x / 2,
+    ...                   inputs={"x": kcert.Gaussian((32,))}, dtype=torch.bfloat16)
+    >>> cert = kcert.certify(case, replicates=128, peer_rules=False, algebra_proof=False)
+    >>> [b.verdict.value for b in cert.bias]
+    ['PASS']
+    >>> cert.bias[0].findings()  # buckets at WARN or worse, the worst first
+    []
+    """
 
     output: str
     dtype: str
@@ -258,43 +346,51 @@ class BiasResult:
 
 
 @dataclass(frozen=True)
-class VarianceThresholds:
-    """The variance verdict against the report's lines 2 and 10, on the tail ratio A_T (prod's T-call
-    return level of its error, less ``slack`` harm units, over ref's).
-
-    PASS needs U <= warn; FAIL needs the estimate of A_T above ``fail``; anything else WARNs. A bound
-    above ``fail`` with an estimate below it is a WARN: evidence of harm, not lack of data, blocks a
-    migration (``fail_on="bound"`` restores the report's rule, FAIL when U > fail). U is the
-    profile-likelihood upper bound of A_T, one-sided at ``1 - alpha`` over the whole run (``alpha``
-    is split evenly over the planned looks); ``alpha = 0.00135`` is the report's 3 sigma. The two tails
-    share one shape unless a likelihood-ratio test finds prod's heavier at ``heterogeneity_level``; the
-    FAIL line judges the common-shape estimate of A_T unless that test's p is below
-    ``separate_fail_level`` (then the separate-shapes estimate).
-    ``threshold_quantile`` and ``min_exceedances`` place each side's threshold; ``bootstrap`` resamples
-    only feed the report's rule on K, shown beside U for comparison, and the plots' bands."""
-
-    warn: float = 2.0
-    fail: float = 10.0
-    threshold_quantile: float = 0.90
-    min_exceedances: int = 10
-    bootstrap: int = 1000
-    alpha: float = 0.00135
-    heterogeneity_level: float = 0.05
-    fail_on: str = "estimate"  # FAIL when A_T's estimate (or, "bound": when U) exceeds ``fail``
-    slack: float = 1.0  # harm units prod may add to its error at no cost (the report's eps)
-    # FAIL judges the separate-shapes estimate only when the shapes differ beyond doubt (the heterogeneity
-    # test's p below this), else the common-shape one: separate fits extrapolate two free shapes
-    separate_fail_level: float = 0.001
-
-    def __post_init__(self):
-        if self.fail_on not in ("estimate", "bound"):
-            raise ParameterError(f"VarianceThresholds.fail_on must be 'estimate' or 'bound', got {self.fail_on!r}")
-
-
-@dataclass(frozen=True)
 class VarianceResult:
-    """Gate 3 for one output. The errors are kept per replicate, in their own units and in harm units
-    (one ULP of ``harm_format`` at the replicate's peak |oracle|, ``epsilon``)."""
+    """Gate 3 for one output: does prod's error tail against the float64 oracle outgrow ref's over
+    ``horizon`` calls? (docs/method.md, "Gate 3")
+
+    The errors are kept per replicate, in their own units and in harm units (one ULP of
+    ``harm_format`` at the replicate's peak |oracle|, ``epsilon``).
+
+    Attributes
+    ----------
+    output, dtype : str
+        The output and its format.
+    verdict : Verdict
+        PASS when U <= ``thresholds.warn``, FAIL when the estimate of A_T is above ``thresholds.fail``.
+    reason : str
+        The verdict in one sentence, with U and A_T.
+    interval : TailRatioInterval or None
+        The profile-likelihood interval of the tail ratio A_T the verdict rests on
+        (``upper_bound`` is U, ``estimate`` the maximum-likelihood A_T).
+    error_prod, error_ref, epsilon : numpy.ndarray
+        Per replicate: max |prod - oracle|, max |ref - oracle| and the harm unit.
+    error_prod_units, error_ref_units : numpy.ndarray or None
+        The same errors in harm units.
+    amplification, tail : numpy.ndarray, TailFitResult or None
+        The technical report's ratio K per replicate and its fit, kept for comparison and plots.
+    looks : tuple of int
+        Replicate counts at which the verdict was examined; ``stopping_rule`` says how alpha was spent.
+    threshold_stability, confirmation : tuple
+        A_T re-estimated at other thresholds, and on the even and odd replicates (for a FAIL).
+    fail_estimate : float or None
+        The estimate of A_T the FAIL line judged.
+    assumptions : tuple of str
+        What the interval assumes, in words.
+    diagnostics : tuple of Diagnostic
+        Named findings (code, meaning, remedy).
+
+    Examples
+    --------
+    >>> import torch, kcert
+    >>> case = kcert.Case(name="half", ref=lambda x: x * 0.5, prod=lambda x: x / 2,
+    ...                   inputs={"x": kcert.Gaussian((32,))}, dtype=torch.bfloat16)
+    >>> cert = kcert.certify(case, replicates=128, peer_rules=False, algebra_proof=False)
+    >>> v = cert.variance[0]
+    >>> v.verdict.value, v.replicates
+    ('PASS', 128)
+    """
 
     output: str
     dtype: str
@@ -316,6 +412,8 @@ class VarianceResult:
     harm_format: str = ""
     error_prod_units: np.ndarray | None = None  # E_prod / epsilon
     error_ref_units: np.ndarray | None = None
+    fail_estimate: float | None = None  # the estimate of A_T the FAIL line judged (None: no interval)
+    assumptions: tuple[str, ...] = ()  # what the interval assumes, in words (the gate's)
 
     @property
     def replicates(self) -> int:
@@ -467,13 +565,50 @@ class Provenance:
 
 @dataclass(frozen=True)
 class Certificate:
+    """What :func:`kcert.certify` returns: the three gates' results, the checks around them, and the
+    provenance that reproduces the run. ``verdict`` combines them (docs/verdicts.md).
+
+    Attributes
+    ----------
+    case, description : str
+        The case's name and description.
+    algebra : AlgebraResult
+        Gate 1.
+    bias, variance : tuple of BiasResult, tuple of VarianceResult
+        Gates 2 and 3, one result per output (``variance`` is empty when no oracle could run:
+        ``variance_skipped_reason`` says why).
+    outputs : tuple of OutputInfo
+        Each output's name, shape, dtypes, bucket count and bucket rule.
+    provenance : Provenance
+        Seed, replicates, horizon, dtype, device, probes, the reproduce command, the environment
+        (hardware, library versions), date and wall time.
+    notes : tuple of str
+        What the run noted (a recompile, an early stop and why).
+    bitwise : tuple of BitwiseResult
+        L0, informational: ULP distances between prod and ref.
+    adequacy, peer_rules, shape_sweep : optional
+        The checks of docs/kernelbench.md, None when not run.
+
+    Examples
+    --------
+    >>> import torch, kcert
+    >>> case = kcert.Case(name="half", ref=lambda x: x * 0.5, prod=lambda x: x / 2,
+    ...                   inputs={"x": kcert.Gaussian((32,))}, dtype=torch.bfloat16)
+    >>> cert = kcert.certify(case, replicates=128, peer_rules=False, algebra_proof=False)
+    >>> cert.verdict.value
+    'PASS'
+    >>> cert.gates["bias"].value, cert.provenance.seed
+    ('PASS', 0)
+    >>> cert.provenance.command
+    'kcert.certify(<half>, replicates=128, horizon=625000, seed=0, algebra_proof=False, peer_rules=False)'
+    """
+
     case: str
     algebra: AlgebraResult
     bias: tuple[BiasResult, ...]
     variance: tuple[VarianceResult, ...]
     outputs: tuple[OutputInfo, ...]
     provenance: Provenance
-    bias_skipped_reason: str | None = None
     variance_skipped_reason: str | None = None
     description: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)

@@ -1,28 +1,108 @@
-"""Error types. Every error kcert raises on bad input subclasses :class:`KcertError`
-and the matching builtin, so callers can catch either."""
+"""Error types: every error class kcert raises on purpose is defined here. Every error kcert raises
+on bad input subclasses :class:`KcertError` and the matching builtin, so callers can catch either.
+The modules that raise them import them from here, and their old import paths keep working
+(``kcert.execution.checkpoint.CheckpointError``, ``kcert.adapters.ExtraMissing`` ...). This module
+imports nothing (no torch, no numpy): anything may import it.
+
+Two kinds of exception live elsewhere, on purpose:
+
+- :class:`kcert.NotCertified` (:mod:`kcert.assertions`) is not an error: it is the outcome of a test,
+  the ``AssertionError`` that :func:`kcert.assert_certified` raises so that pytest reports a failed
+  test. It is not a :class:`KcertError` (``except KcertError`` must not swallow a failed
+  certification), and its name as pytest prints it, ``kcert.assertions.NotCertified``, is part of
+  the test output users read (docs/tutorial.md).
+- Internal signals that never leave kcert (``SymbolicUnsupported``, ``SymbolicTimeout``,
+  ``OracleUnavailable``, the symbolic proof's ``_NotReached``) are caught by the module next to the
+  one that raises them and turned into a verdict or a reason; they stay with that code.
+"""
 
 from __future__ import annotations
 
 
 class KcertError(Exception):
-    """Base class of every error kcert raises on purpose."""
+    """Base class of every error kcert raises on purpose.
+
+    Each subclass is also the matching builtin (``ValueError``, ``ImportError``, ``RuntimeError``),
+    so callers can catch either. A failed certification is not an error: :class:`kcert.NotCertified`
+    is an ``AssertionError``.
+
+    Examples
+    --------
+    >>> import kcert
+    >>> try:
+    ...     kcert.Gaussian((2, 3), std=-1.0)
+    ... except kcert.KcertError as error:
+    ...     print(type(error).__name__, "-", error)
+    CaseError - Gaussian: std must be a finite number > 0, got -1.0
+    >>> issubclass(kcert.CaseError, ValueError)
+    True
+    """
 
 
 class ParameterError(KcertError, ValueError):
-    """A parameter of a public entry point is out of its domain."""
+    """A parameter of a public entry point is out of its domain.
+
+    Raised by :func:`kcert.certify` and :func:`kcert.assert_certified`, among others; also a ``ValueError``."""
 
 
 class CaseError(KcertError, ValueError):
-    """A case declaration is malformed (probes, buckets, dtype, names)."""
+    """A case declaration is malformed (probes, buckets, dtype, names).
+
+    Raised by :class:`kcert.Case`, the probes, the bucket specs and :func:`kcert.gradients`; also a ``ValueError``."""
 
 
 class CaseFileError(KcertError, ImportError):
-    """A case file cannot be imported or defines no usable ``kcert.Case``."""
+    """A case file cannot be imported or defines no usable ``kcert.Case``. Also an ``ImportError``."""
 
 
 class KernelError(KcertError, RuntimeError):
-    """A kernel (ref, prod or oracle) raised, or returned something kcert cannot compare."""
+    """A kernel (ref, prod or oracle) raised, or returned something kcert cannot compare.
+
+    Also a ``RuntimeError``."""
 
 
 class RealModeUnsupported(KcertError, RuntimeError):
-    """A callable does something real-mode (float64) evaluation cannot follow faithfully."""
+    """A callable does something real-mode (float64) evaluation cannot follow faithfully.
+
+    The message names the operation, dtype and shape (docs/method.md, "Gate 1"). Also a ``RuntimeError``."""
+
+
+# --- checkpoints and reports ---------------------------------------------------------------------------
+
+
+class CheckpointError(KcertError, ValueError):
+    """A checkpoint cannot be read, or belongs to another run than the one being resumed."""
+
+
+class TrainingCheckpointError(KcertError, ValueError):
+    """A training checkpoint cannot be read, or belongs to another comparison."""
+
+
+class CompareError(KcertError, ValueError):
+    """A file given to ``kcert compare`` is not a kcert certificate, or cannot be read."""
+
+
+# --- training comparison -------------------------------------------------------------------------------
+
+
+class SlotError(CaseError):
+    """A case cannot be mapped onto the training model."""
+
+
+# --- adapters ------------------------------------------------------------------------------------------
+
+
+class ExtraMissing(KcertError, ImportError):
+    """An optional dependency (an extra of the kcert package) is not installed."""
+
+
+class TritonPrecisionError(KcertError, ValueError):
+    """A low-precision Triton run was asked of the CPU interpreter, which computes it wrongly."""
+
+
+class TritonUnavailable(KcertError, RuntimeError):
+    """Triton kernels cannot run here: no CUDA device and the interpreter is not enabled."""
+
+
+class KernelBenchError(CaseFileError):
+    """A KernelBench problem or candidate that cannot be loaded or built (exit 2 on the command line)."""

@@ -1,10 +1,17 @@
-"""Numbers in a reproduce command, printed so that running the command gives the same certificate.
+"""The command that reproduces a certificate, printed so that running it gives the same certificate.
 
-``f"{x:g}"`` keeps six significant digits: a horizon of 1234567.8 would be recorded as 1.23457e+06 and
-the printed command would certify at another horizon. Every entry point (CLI, library, pytest plugin)
-prints its numbers through :func:`exact_number`."""
+Every entry point builds its command here: the command line (``kcert certify``, ``kcert demo``) and
+:func:`kcert.assert_certified` for a case in a case file through :func:`command_line`; the library
+(:func:`kcert.certify`) and :func:`kcert.assert_certified` for a case built in code through
+:func:`certify_call`. Their numbers go through :func:`exact_number`: ``f"{x:g}"`` keeps six
+significant digits, so a horizon of 1234567.8 would be recorded as 1.23457e+06 and the printed
+command would certify at another horizon.
+"""
 
 from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
 
 
 def exact_number(x) -> str:
@@ -15,3 +22,38 @@ def exact_number(x) -> str:
         return short if float(short) == x else repr(float(x))
     except (TypeError, ValueError):
         return repr(x)
+
+
+def command_line(words: Sequence[str], *, replicates: int, horizon: float, seed: int,
+                 max_replicates: int | None = None, device: str = "cpu", flags: Sequence[str] = ()) -> str:
+    """``words`` (the program and what names the case: ``kcert certify FILE --case NAME``, ``kcert demo``),
+    then ``--replicates R --horizon T --seed S``, ``--max-replicates M`` when set, ``--device D`` off the
+    CPU, and the command's own ``flags``; quoted for a POSIX shell.
+
+    >>> command_line(["kcert", "demo"], replicates=1024, horizon=1234567.8, seed=0)
+    'kcert demo --replicates 1024 --horizon 1234567.8 --seed 0'
+    """
+    line = [*words, "--replicates", str(replicates), "--horizon", exact_number(horizon), "--seed", str(seed)]
+    if max_replicates is not None:
+        line += ["--max-replicates", str(max_replicates)]
+    if device != "cpu":
+        line += ["--device", device]
+    return shlex.join([*line, *flags])
+
+
+def certify_call(case: str, *, replicates: int, horizon: float, seed: int, max_replicates: int | None = None,
+                 device: str = "cpu", extras: Mapping[str, object] | None = None) -> str:
+    """The Python call ``kcert.certify(CASE, replicates=R, horizon=T, seed=S, ...)``: ``case`` is the
+    text that stands for the case (``<rms>``), then ``max_replicates`` when set, ``device`` off the
+    CPU and ``extras`` (other keyword arguments, written with ``repr``).
+
+    >>> certify_call("<rms>", replicates=1024, horizon=1234567.8, seed=0)
+    'kcert.certify(<rms>, replicates=1024, horizon=1234567.8, seed=0)'
+    """
+    args = [case, f"replicates={replicates}", f"horizon={exact_number(horizon)}", f"seed={seed}"]
+    if max_replicates is not None:
+        args.append(f"max_replicates={max_replicates}")
+    if device != "cpu":
+        args.append(f"device={device!r}")
+    args += [f"{k}={v!r}" for k, v in (extras or {}).items()]
+    return f"kcert.certify({', '.join(args)})"

@@ -6,8 +6,31 @@ from enum import Enum
 
 
 class Verdict(str, Enum):
-    """PASS: not detected under this probe (never "proved equal"). WARN: needs a human numerical
-    review. FAIL: blocks the migration. SKIPPED: the gate could not run; it always says why."""
+    """The verdict of a gate, an output or a certificate.
+
+    PASS: not detected under this probe (never "proved equal"). WARN: needs a human numerical
+    review. FAIL: blocks the migration. SKIPPED: the gate could not run; it always says why.
+
+    A ``str`` enum: a verdict equals its name and prints as it. A skipped gate ranks between PASS
+    and WARN, so it never lets a certificate PASS (docs/verdicts.md).
+
+    Attributes
+    ----------
+    PASS, WARN, FAIL, SKIPPED : Verdict
+        The four verdicts.
+    severity : int
+        The rank used to combine verdicts: PASS 0, SKIPPED 1, WARN 2, FAIL 3.
+
+    Examples
+    --------
+    >>> from kcert import Verdict
+    >>> Verdict.worst([Verdict.PASS, Verdict.FAIL])
+    <Verdict.FAIL: 'FAIL'>
+    >>> print(Verdict.worst([Verdict.PASS, Verdict.SKIPPED]))
+    SKIPPED
+    >>> Verdict.PASS == "PASS", Verdict("WARN") is Verdict.WARN
+    (True, True)
+    """
 
     PASS = "PASS"
     WARN = "WARN"
@@ -16,6 +39,7 @@ class Verdict(str, Enum):
 
     @property
     def severity(self) -> int:
+        """PASS 0, SKIPPED 1, WARN 2, FAIL 3."""
         return _SEVERITY[self]
 
     @staticmethod
@@ -28,6 +52,7 @@ class Verdict(str, Enum):
 
     @staticmethod
     def from_code(code: int) -> "Verdict":
+        """The verdict of a numeric code as the statistics return it: 0 PASS, 1 WARN, 2 FAIL."""
         return (Verdict.PASS, Verdict.WARN, Verdict.FAIL)[int(code)]
 
     def __str__(self) -> str:

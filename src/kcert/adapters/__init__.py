@@ -12,11 +12,7 @@ Nothing here is imported by ``import kcert``.
 
 from __future__ import annotations
 
-from ..errors import KcertError
-
-
-class ExtraMissing(KcertError, ImportError):
-    """An optional dependency (an extra of the kcert package) is not installed."""
+from ..errors import ExtraMissing
 
 
 __all__ = ["ExtraMissing"]

@@ -54,7 +54,6 @@ from . import ExtraMissing
 
 EXTRA = 'pip install "kcert[hf]"'
 CHANNELS = Axes(-1)  # default buckets: one per output channel
-TESTED_TRANSFORMERS = "5.24.0"
 
 __all__ = [
     "EXTRA", "ModuleKernel", "RotaryKernel", "attention_case", "module_case", "module_kernel", "module_weights",

@@ -63,7 +63,7 @@ from torch.func import functional_call
 from ..case import Axes, Case, Custom, Fixed
 from ..errors import CaseError
 from ..execution import seeding
-from ..stats.bias import BiasThresholds
+from ..stats.thresholds import BiasThresholds
 from .kernelbench_problem import (  # noqa: F401 - the problem side of the adapter, re-exported
     DEFAULT_BUDGET,
     SHRINK_FLOOR,

@@ -18,16 +18,12 @@ import torch
 from torch import nn
 
 from ..checks.shapes import non_power_of_two
-from ..errors import CaseFileError
+from ..errors import KernelBenchError
 
 SIZE_MIN = 8  # module-level ints at least this large are size globals (the sweep varies them)
 SHRINK_FLOOR = 16  # the shrink never halves a size below this: smaller ones are group, head and tile counts
 DEFAULT_BUDGET = 1 << 16  # elements of one call's inputs and outputs (docs/kernelbench.md: ~1 minute on 2 cores)
 SWEEP_LENGTHS = (1, 65, 129, 257)
-
-
-class KernelBenchError(CaseFileError):
-    """A KernelBench problem or candidate that cannot be loaded or built (exit 2 on the command line)."""
 
 
 # --- loading -----------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import torch
 
 from ..case import Case
-from ..errors import KcertError
+from ..errors import TritonPrecisionError, TritonUnavailable
 
 INTERPRETER_DTYPES = (torch.float32, torch.float64)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -42,14 +42,6 @@ __all__ = [
     "INTERPRETER_DTYPES", "TritonKernel", "TritonPrecisionError", "TritonUnavailable", "check_precision",
     "execution_mode", "interpreter_requested", "triton_case", "triton_prod",
 ]
-
-
-class TritonPrecisionError(KcertError, ValueError):
-    """A low-precision Triton run was asked of the CPU interpreter, which computes it wrongly."""
-
-
-class TritonUnavailable(KcertError, RuntimeError):
-    """Triton kernels cannot run here: no CUDA device and the interpreter is not enabled."""
 
 
 def interpreter_requested() -> bool:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from ..case import Axes, Custom, Gaussian, Probe, Uniform
+from ..case import Axes, Custom, Gaussian, Probe
 from . import Operator
 
 FAMILY = "norm"
@@ -184,11 +184,6 @@ def layer_norm_weights(*, shape=SHAPE, gains_kind: str | None = None, **_) -> di
     """LayerNorm affine: trained-like gains around 1 and a small bias N(0, 0.05^2)."""
     hidden = tuple(shape)[-1]
     return {"w": gains(hidden, gains_kind or "llama"), "b": Gaussian((hidden,), std=0.05)}
-
-
-def uniform_activations(*, shape=SHAPE, low=0.0, high=0.1, **_) -> dict[str, Probe]:
-    """Non-negative activations (post-ReLU/GELU features, the probe of pytorch #66707: U[0, 0.1))."""
-    return {"x": Uniform(tuple(shape), low, high)}
 
 
 # --- operators -----------------------------------------------------------------------------

@@ -331,7 +331,6 @@ YARN16 = _model("yarn16", 128, 1000000.0, 262144, yarn_frequencies, 16384, facto
 # Llama 2 with dynamic NTK scaling, factor 2, run to 16384 positions.
 LLAMA2_DYNAMIC = _model("llama2-dynamic-ntk", 128, 10000.0, 16384, dynamic_ntk_frequencies, 4096, factor=2.0,
                         original_max_position_embeddings=4096)
-MODELS = {m.name: m for m in (LLAMA2, GEMMA, QWEN, LLAMA31, YARN16, LLAMA2_DYNAMIC)}
 
 # GPT-NeoX / Pythia 6.9B: d = 128, rotary_pct 0.25 (32 rotary dims, as in gpt-neox #1003), base 1e4,
 # 2048 positions.

@@ -45,6 +45,7 @@ def run_adequacy(case: Case, weights: probes.Draw, seed: int, device: torch.devi
                  bias_thresholds, variance_thresholds, probe: str | None = None) -> AdequacyResult:
     """Run every fake of ``case`` through the certification (``weights``: the run's weights)."""
     from ..certification import certify
+    from ..execution.algebra import evaluate_algebra
     from ..gates.algebra import judge_algebra
     from ..report.text import gate_sentences
 
@@ -63,8 +64,8 @@ def run_adequacy(case: Case, weights: probes.Draw, seed: int, device: torch.devi
         fake_case = replace(case, name=f"{case.name} / fake {fake.name}", prod=fake.kernel, prod_math=None,
                             prod_precisions=None, independent_leading_axis=False, shapes=None)
         try:
-            algebra = judge_algebra(fake_case, weights, seed, device, points=ALGEBRA_POINTS,
-                                    wide_points=ALGEBRA_POINTS, proof=False)
+            evidence = evaluate_algebra(fake_case, weights, seed, device, ALGEBRA_POINTS, ALGEBRA_POINTS, proof=False)
+            algebra = judge_algebra(evidence)
             if algebra.verdict is Verdict.FAIL:
                 results.append(FakeResult(fake.name, fake.description, True, "FAIL", (("algebra", "FAIL"),),
                                           _short(algebra.reason), rejected_by=(probe,)))

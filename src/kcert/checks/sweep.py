@@ -57,6 +57,7 @@ def run_sweep(case: Case, seed: int, device: torch.device, horizon: float, bias_
               accept_untested_algebra: bool = False) -> ShapeSweepResult | None:
     """The sweep of ``case`` (None when it declares none)."""
     from ..certification import certify
+    from ..execution.algebra import evaluate_algebra
     from ..gates.algebra import judge_algebra
     from ..report.text import gate_sentences
 
@@ -71,9 +72,9 @@ def run_sweep(case: Case, seed: int, device: torch.device, horizon: float, bias_
             results.append(ShapeResult(v.label, v.shapes, status, reason=reason))
             continue
         try:
-            algebra = judge_algebra(v.case, probes.draw_weights(v.case, seed, device), seed, device,
-                                    points=ALGEBRA_POINTS, wide_points=ALGEBRA_POINTS, proof=False,
-                                    accept_untested=accept_untested_algebra)
+            evidence = evaluate_algebra(v.case, probes.draw_weights(v.case, seed, device), seed, device,
+                                        ALGEBRA_POINTS, ALGEBRA_POINTS, proof=False)
+            algebra = judge_algebra(evidence, accept_untested_algebra)
             if algebra.verdict is Verdict.FAIL:  # FAILed already: the short run could not change that
                 results.append(ShapeResult(v.label, v.shapes, "run", "FAIL", (("algebra", "FAIL"),),
                                            _short(f"algebra FAIL: {algebra.reason}")))

@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
-import shlex
 import traceback
 from pathlib import Path
 
 from . import DEFAULT_HORIZON, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
-from ..reproduce import exact_number
+from ..reproduce import command_line
 from .output import STDOUT, Streams, first_output_problem, write_output
 
 INTERRUPTED = 130
@@ -257,23 +256,19 @@ def exit_code(outcomes: list, reports_written: bool = True) -> tuple[int, set[st
 
 
 def reproduce_command(args, casefile: str | None, case: str) -> str:
+    """The command line that certifies ``case`` again with this run's options (:mod:`kcert.reproduce`)."""
     words = ["kcert", "certify", casefile, "--case", case] if casefile else ["kcert", "demo"]
-    words += ["--replicates", str(args.replicates), "--horizon", exact_number(args.horizon), "--seed", str(args.seed)]
-    if args.max_replicates is not None:
-        words += ["--max-replicates", str(args.max_replicates)]
-    if args.device != "cpu":
-        words += ["--device", args.device]
+    flags = []
     if getattr(args, "batch_memory", None) is not None:
-        words += ["--batch-memory", str(args.batch_memory)]
-    if not args.algebra_proof:
-        words += ["--no-algebra-proof"]
-    if getattr(args, "accept_untested_algebra", False):
-        words += ["--accept-untested-algebra"]
-    for flag, on in (("--adequacy", getattr(args, "adequacy", False)), ("--shapes", getattr(args, "shapes", False)),
+        flags += ["--batch-memory", str(args.batch_memory)]
+    for flag, on in (("--no-algebra-proof", not args.algebra_proof),
+                     ("--accept-untested-algebra", getattr(args, "accept_untested_algebra", False)),
+                     ("--adequacy", getattr(args, "adequacy", False)), ("--shapes", getattr(args, "shapes", False)),
                      ("--no-peer-rules", not getattr(args, "peer_rules", True))):
         if on:
-            words.append(flag)
-    return shlex.join(words)
+            flags.append(flag)
+    return command_line(words, replicates=args.replicates, horizon=args.horizon, seed=args.seed,
+                        max_replicates=args.max_replicates, device=args.device, flags=flags)
 
 
 def safe_name(name: str) -> str:

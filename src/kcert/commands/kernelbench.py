@@ -12,11 +12,10 @@ import argparse
 import dataclasses
 import os
 import re
-import shlex
 
 from . import EXIT_ERROR
 from .certify import integer, run_options
-from ..reproduce import exact_number
+from ..reproduce import command_line, exact_number
 from .output import STDOUT, Streams, first_output_problem
 
 # kcert.adapters.kernelbench.DEFAULT_BUDGET (not imported from there: it imports torch); a test checks they agree
@@ -78,24 +77,21 @@ def _check(args) -> str | None:
 
 
 def reproduce_command(args) -> str:
-    words = ["kcert", "kernelbench", args.problem, args.candidate, "--replicates", str(args.replicates),
-             "--horizon", exact_number(args.horizon), "--seed", str(args.seed), "--budget", str(args.budget)]
-    if args.max_replicates is not None:
-        words += ["--max-replicates", str(args.max_replicates)]
-    if args.device != "cpu":
-        words += ["--device", args.device]
+    flags = ["--budget", str(args.budget)]
     if args.dtype:
-        words += ["--dtype", args.dtype]
+        flags += ["--dtype", args.dtype]
     for flag, on in (("--no-shrink", not args.shrink), ("--no-shapes", not args.shapes),
                      ("--no-peer-rules", not args.peer_rules), ("--algebra-proof", args.algebra_proof),
                      ("--accept-untested-algebra", args.accept_untested_algebra)):
         if on:
-            words.append(flag)
+            flags.append(flag)
     if args.probe != "both":
-        words += ["--probe", args.probe]
+        flags += ["--probe", args.probe]
     if args.ulp_floor != 1.0:
-        words += ["--ulp-floor", f"{args.ulp_floor:g}"]
-    return shlex.join(words)
+        flags += ["--ulp-floor", exact_number(args.ulp_floor)]
+    return command_line(["kcert", "kernelbench", args.problem, args.candidate], replicates=args.replicates,
+                        horizon=args.horizon, seed=args.seed, max_replicates=args.max_replicates,
+                        device=args.device, flags=flags)
 
 
 def run(args) -> int:

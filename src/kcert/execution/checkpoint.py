@@ -1,13 +1,11 @@
 """Checkpoints of a certification run: save the accumulated state, resume to the same certificate.
 
-Format (``kcert.checkpoint/2``): one numpy ``.npz`` archive, written to a temporary file in the
+Format (``kcert.checkpoint/3``): one numpy ``.npz`` archive, written to a temporary file in the
 same folder and moved into place with ``os.replace`` (a reader never sees half a file). It holds
 only numeric arrays plus one string array ``meta``: a JSON document with the run's fingerprint,
 the looks done, the target of the look in progress, the oracle status, the output layouts and the
 list of accumulation blocks. It is read with ``allow_pickle=False``: no Python object is ever
-unpickled. Arrays are named ``<part>.<output>.<field>`` where ``<part>`` is ``prefix`` (the merge
-of the complete blocks ``0 .. folded-1``) or ``block<b>`` (a block not merged yet); the early
-snapshots of L0's growth test are ``early<k>.<output>.<row>.{count,mean,m2}`` (``k`` folded blocks).
+unpickled. The runner's state is encoded by :mod:`kcert.execution.codec` (which names the arrays).
 Version 2 added each output's ``ulp_histogram`` and the early snapshots: a version 1 file lacks
 them and is refused rather than resumed to a certificate with an incomplete L0 layer. Version 3 added
 ``fingerprint.kernels`` (:mod:`kcert.execution.fingerprint`: the kernels' code, closures, globals,
@@ -28,17 +26,13 @@ import numpy as np
 import torch
 
 from .. import __version__
-from ..errors import KcertError
-from ..stats.moments import MomentAccumulator
+from ..errors import CheckpointError
+from . import codec
+from .accumulator import BLOCK
 from .fingerprint import case_fingerprint, differences
-from .outputs import ROWS, OutputLayout
-from .runner import BLOCK, EARLY_ROWS, Block, OutputAccumulator, Runner
+from .runner import Runner
 
 FORMAT = "kcert.checkpoint/3"
-
-
-class CheckpointError(KcertError, ValueError):
-    """A checkpoint cannot be read, or belongs to another run than the one being resumed."""
 
 
 def fingerprint(case, seed: int, replicates: int, max_replicates: int, horizon: float, device: torch.device,
@@ -62,114 +56,11 @@ def fingerprint(case, seed: int, replicates: int, max_replicates: int, horizon: 
     return json.loads(json.dumps(fp, default=str))  # as it reads back from the file
 
 
-# -- plain-data encoding (shared by checkpoints and the torch.distributed gather) ----------------
-def encode_layout(layout: OutputLayout) -> dict:
-    return {
-        "index": layout.index, "name": layout.name, "shape": list(layout.shape),
-        "dtype": str(layout.dtype).removeprefix("torch."), "prod_dtype": str(layout.prod_dtype).removeprefix("torch."),
-        "bucket_axes": list(layout.bucket_axes), "bucket_shape": list(layout.bucket_shape),
-    }
-
-
-def decode_layouts(case, described: list[dict]) -> list[OutputLayout]:
-    n = len(described)
-    layouts = []
-    for i, d in enumerate(described):
-        dtype, prod_dtype = getattr(torch, d["dtype"], None), getattr(torch, d["prod_dtype"], None)
-        if not isinstance(dtype, torch.dtype) or not isinstance(prod_dtype, torch.dtype):
-            raise CheckpointError(f"output {i} has an unknown dtype {d['dtype']!r} / {d['prod_dtype']!r}")
-        layouts.append(OutputLayout(int(d["index"]), str(d["name"]), tuple(d["shape"]), dtype, prod_dtype,
-                                    case.bucket_spec(i, n), tuple(d["bucket_axes"]), tuple(d["bucket_shape"])))
-    return layouts
-
-
-def encode_outputs(part: str, outputs: list[OutputAccumulator], arrays: dict[str, np.ndarray]) -> None:
-    for i, acc in enumerate(outputs):
-        key = f"{part}.{i}."
-        for row in ROWS:
-            m = acc.moments[row]
-            arrays[key + row + ".count"] = m.count
-            arrays[key + row + ".mean"] = m.mean
-            arrays[key + row + ".m2"] = m.m2
-        arrays[key + "replicate"] = np.asarray(acc.replicate, np.int64)
-        arrays[key + "e_prod"] = np.asarray(acc.e_prod, np.float64)
-        arrays[key + "e_ref"] = np.asarray(acc.e_ref, np.float64)
-        arrays[key + "peak"] = np.asarray(acc.peak, np.float64)
-        arrays[key + "nonfinite"] = np.asarray([acc.nonfinite_prod, acc.nonfinite_ref], np.int64)
-        arrays[key + "nonfinite_replicates"] = np.asarray(acc.nonfinite_replicates, np.int64)
-        arrays[key + "ulp_histogram"] = np.asarray(acc.ulp_histogram, np.int64)
-
-
-def decode_outputs(part: str, layouts: list[OutputLayout], arrays) -> list[OutputAccumulator]:
-    out = []
-    for i, layout in enumerate(layouts):
-        key = f"{part}.{i}."
-        moments = {row: _moments(arrays, key + row) for row in ROWS}
-        nonfinite = [int(v) for v in arrays[key + "nonfinite"]]
-        out.append(OutputAccumulator(
-            layout, moments, [int(v) for v in arrays[key + "replicate"]],
-            [float(v) for v in arrays[key + "e_prod"]], [float(v) for v in arrays[key + "e_ref"]],
-            [float(v) for v in arrays[key + "peak"]], nonfinite[0], nonfinite[1],
-            [int(v) for v in arrays[key + "nonfinite_replicates"]],
-            np.array(arrays[key + "ulp_histogram"], np.int64),
-        ))
-    return out
-
-
-def _moments(arrays, key: str) -> MomentAccumulator:
-    return MomentAccumulator(np.array(arrays[key + ".count"], np.int64), np.array(arrays[key + ".mean"], np.float64),
-                             np.array(arrays[key + ".m2"], np.float64))
-
-
-def encode_early(early: dict[int, list[dict[str, MomentAccumulator]]], arrays: dict[str, np.ndarray]) -> list[int]:
-    """The runner's early snapshots (L0's growth test) as arrays; returns their block counts."""
-    for k, outputs in early.items():
-        for i, rows in enumerate(outputs):
-            for row, m in rows.items():
-                key = f"early{k}.{i}.{row}"
-                arrays[key + ".count"], arrays[key + ".mean"], arrays[key + ".m2"] = m.count, m.mean, m.m2
-    return sorted(int(k) for k in early)
-
-
-def decode_early(blocks: list[int], outputs: int, arrays) -> dict[int, list[dict[str, MomentAccumulator]]]:
-    return {int(k): [{row: _moments(arrays, f"early{k}.{i}.{row}") for row in EARLY_ROWS} for i in range(outputs)]
-            for k in blocks}
-
-
-def encode_block(block: Block) -> dict:
-    arrays: dict[str, np.ndarray] = {}
-    encode_outputs("block", block.outputs, arrays)
-    return {"index": block.index, "first": block.first, "filled": block.filled, "arrays": arrays}
-
-
-def decode_block(encoded: dict, layouts: list[OutputLayout]) -> Block:
-    return Block(int(encoded["index"]), int(encoded["first"]), int(encoded["filled"]),
-                 decode_outputs("block", layouts, encoded["arrays"]))
-
-
 # -- files -------------------------------------------------------------------------------------
 def snapshot(runner: Runner, fp: dict, looks: list[int], target: int) -> tuple[dict, dict[str, np.ndarray]]:
     """The runner's consistent state as (meta, arrays)."""
-    arrays: dict[str, np.ndarray] = {}
-    pending = runner.safe_pending() if runner.layouts is not None else {}
-    if runner.prefix is not None:
-        encode_outputs("prefix", runner.prefix, arrays)
-    for b, block in sorted(pending.items()):
-        encode_outputs(f"block{b}", block.outputs, arrays)
-    meta = {
-        "format": FORMAT,
-        "fingerprint": fp,
-        "looks": [int(x) for x in looks],
-        "target": int(target),
-        "done": BLOCK * runner.folded + sum(blk.filled for blk in pending.values()),
-        "oracle_unavailable": runner.oracle_unavailable,
-        "oracle_checked": runner.oracle_checked,
-        "layouts": None if runner.layouts is None else [encode_layout(l) for l in runner.layouts],
-        "folded": runner.folded,
-        "has_prefix": runner.prefix is not None,
-        "early": encode_early(runner.early, arrays),
-        "pending": [{"index": b, "first": blk.first, "filled": blk.filled} for b, blk in sorted(pending.items())],
-    }
+    state, arrays = codec.encode_state(runner.state())
+    meta = {"format": FORMAT, "fingerprint": fp, "looks": [int(x) for x in looks], "target": int(target), **state}
     return meta, arrays
 
 
@@ -233,18 +124,8 @@ def check_fingerprint(path, saved: dict, expected: dict) -> None:
 
 def restore(runner: Runner, meta: dict, arrays) -> tuple[list[int], int]:
     """Load (meta, arrays) into a fresh runner; returns (looks, target)."""
+    runner.load_state(codec.decode_state(runner.case, meta, arrays))
     try:
-        runner.oracle_unavailable = meta["oracle_unavailable"]
-        runner.oracle_checked = bool(meta["oracle_checked"])
-        if meta["layouts"] is not None:
-            runner.layouts = decode_layouts(runner.case, meta["layouts"])
-            if meta["has_prefix"]:
-                runner.prefix = decode_outputs("prefix", runner.layouts, arrays)
-            runner.folded = int(meta["folded"])
-            runner.early = decode_early(meta["early"], len(runner.layouts), arrays)
-            for p in meta["pending"]:
-                b = int(p["index"])
-                runner.add_block(Block(b, int(p["first"]), int(p["filled"]), decode_outputs(f"block{b}", runner.layouts, arrays)))
         return [int(x) for x in meta["looks"]], int(meta["target"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint is incomplete or damaged: {type(exc).__name__}: {exc}") from None

@@ -3,8 +3,9 @@
 An opaque prod (a Triton launch, a CUDA/C++ extension, a ``torch.library`` custom op, a compiled
 backward) cannot run in real mode, but it can usually run at several precisions. This module runs
 prod, and ref as a yardstick, at every precision prod accepts, on the same real inputs, and
-measures each one's error against the float64 oracle. The decision (does prod's error shrink with
-the format, or does it stop at a floor?) is pure statistics, in :mod:`kcert.stats.ladder`.
+measures each one's error against the float64 oracle (a :class:`LadderMeasurement`, a record of
+execution/evidence.py). The decision (does prod's error shrink with the format, or does it stop at a
+floor?) is pure statistics, in :mod:`kcert.stats.ladder`, applied by gates/algebra.py.
 
 - **Rungs.** The candidates are the case's ``prod_precisions`` or :data:`LADDER_DTYPES`. A rung is
   accepted when prod, called with every drawn floating probe in that dtype, returns without an
@@ -25,13 +26,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
 from ..case import Case
 from ..errors import KernelError, RealModeUnsupported
 from . import probes, seeding
+from .evidence import LadderMeasurement, RungMeasurement
 from .realmode import run_real
 
 # The formats a rung can be, coarse to fine by unit roundoff (bfloat16 2**-8, float16 2**-11, float32
@@ -54,30 +55,6 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def significand_bits(dtype: torch.dtype) -> int:
     return _SIGNIFICAND_BITS[dtype]
-
-
-@dataclass(frozen=True)
-class RungMeasurement:
-    """One precision: whether prod accepted it, and each output's relative error against the oracle
-    (prod's, and ref's where ref ran at this precision; None where it did not)."""
-
-    dtype: str
-    accepted: bool
-    reason: str = ""  # why the rung was not accepted or was dropped
-    prod_error: tuple[float, ...] = ()
-    ref_error: tuple[float | None, ...] = ()
-    ref_reason: str = ""  # why ref did not run at this precision
-    output_dtypes: tuple[str, ...] = ()  # the dtype of each of prod's outputs at this precision
-
-
-@dataclass(frozen=True)
-class LadderMeasurement:
-    oracle: str  # "ref in real mode" or "the given oracle"
-    grid: str  # the format every probe value is representable in (the coarsest accepted rung)
-    points: int
-    wide_points: int
-    outputs: tuple[str, ...]
-    rungs: tuple[RungMeasurement, ...]  # every candidate, in ladder order
 
 
 class OracleUnavailable(Exception):

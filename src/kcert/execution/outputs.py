@@ -17,13 +17,13 @@ import numpy as np
 import torch
 
 from ..case import Axes, BucketSpec, Labels
-from ..errors import CaseError, KernelError
+from ..errors import CaseError, KernelError, ParameterError
 from ..stats.bitwise import N_BINS
 from . import bitwise, fused
+from .accumulator import N_ROWS, ORACLE_ROWS, ROWS, ReplicateSummary
 
-# Rows of the per-bucket summary, in this order.
-ROWS = ("raw", "sign_aligned", "prod_raw", "prod_sign_aligned", "ref_raw", "ref_sign_aligned", "magnitude")
-N_ROWS = len(ROWS)
+# The reduction's paths (summarize's ``path``): "auto" picks the fastest that applies.
+PATHS = ("auto", "compiled", "chunked", "masked")
 
 
 @dataclass(frozen=True)
@@ -82,19 +82,6 @@ def make_layout(index: int, name: str, ref_out: torch.Tensor, prod_out: torch.Te
     return OutputLayout(index, name, tuple(ref_out.shape), ref_out.dtype, prod_out.dtype, spec, axes, bucket_shape)
 
 
-@dataclass(frozen=True)
-class ReplicateSummary:
-    sums: np.ndarray  # (N_ROWS, G) per-bucket means of each row
-    present: np.ndarray  # (G,) bucket had at least one finite element in this replicate
-    oracle_present: np.ndarray  # (G,)
-    e_prod: float
-    e_ref: float
-    peak: float  # max |oracle| (finite): the output's peak scale for eps
-    nonfinite_prod: int  # elements where prod is non-finite and disagrees with a finite ref
-    nonfinite_ref: int  # elements where ref is non-finite and prod is finite
-    ulp_histogram: np.ndarray  # (N_BINS,) int64: ULP distances prod vs ref (L0); zeros if not comparable
-
-
 def _error(a: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
     """Elementwise |a - oracle|; identical values (same infinities, both nan) count as 0, any other
     disagreement involving a non-finite value as inf."""
@@ -128,23 +115,32 @@ class Workspace:
 
 
 def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tensor, oracle_out: torch.Tensor | None,
-              labels: torch.Tensor | None, workspace: Workspace | None = None) -> ReplicateSummary:
+              labels: torch.Tensor | None, workspace: Workspace | None = None, path: str = "auto") -> ReplicateSummary:
     """Reduce one replicate's outputs to per-bucket means of the :data:`ROWS` and the error norms.
 
     The fast paths (the compiled one-pass reduction of :mod:`kcert.execution.fused` where it
     applies, else chunked torch passes) assume every value is finite and check it afterwards on
     their results (a non-finite element makes a sum or an extreme non-finite); only then is the
-    masked path run."""
-    ws = workspace or Workspace()
-    compiled = ws.fused.reduce(ref_out, prod_out, oracle_out, layout.bucket_axes, labels,
-                               layout.spec.count if isinstance(layout.spec, Labels) else None,
-                               layout.bitwise_comparable)
-    if compiled is fused.NONFINITE:
+    masked path run. ``path`` forces one path ("compiled", "chunked" or "masked"; a fast path still
+    hands non-finite values to the masked one): the paths must agree, and tests check that they do."""
+    if path not in PATHS:
+        raise ParameterError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
+    if path == "masked":
         return _summarize_masked(layout, ref_out, prod_out, oracle_out, labels)
-    if compiled is not fused.NOT_APPLICABLE:
-        sums, counts, peaks, histogram = compiled
-        e_prod, e_ref, peak = peaks if peaks is not None else (float("nan"),) * 3
-        return _finish(_all_rows(torch.from_numpy(sums)), counts, e_prod, e_ref, peak, 0, 0, histogram)
+    ws = workspace or Workspace()
+    if path != "chunked":
+        compiled = ws.fused.reduce(ref_out, prod_out, oracle_out, layout.bucket_axes, labels,
+                                   layout.spec.count if isinstance(layout.spec, Labels) else None,
+                                   layout.bitwise_comparable)
+        if compiled is fused.NONFINITE:
+            return _summarize_masked(layout, ref_out, prod_out, oracle_out, labels)
+        if compiled is not fused.NOT_APPLICABLE:
+            sums, counts, peaks, histogram = compiled
+            e_prod, e_ref, peak = peaks if peaks is not None else (float("nan"),) * 3
+            return _finish(_all_rows(torch.from_numpy(sums)), counts, e_prod, e_ref, peak, 0, 0, histogram)
+        if path == "compiled":
+            raise ParameterError("path='compiled': the compiled reduction does not apply here (numba missing, "
+                                 "an accelerator tensor, or an unsupported layout)")
     fast = _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, ws)
     return fast if fast is not None else _summarize_masked(layout, ref_out, prod_out, oracle_out, labels)
 
@@ -238,9 +234,12 @@ def _all_rows(sums: torch.Tensor) -> torch.Tensor:
     if sums.shape[0] == 3:
         d, signed, magnitude = sums
         zero = torch.zeros_like(d)
-        return torch.stack([d, signed, zero, zero, zero, zero, magnitude])
-    d, signed, ref_d, ref_signed, magnitude = sums
-    return torch.stack([d, signed, d + ref_d, signed + ref_signed, ref_d, ref_signed, magnitude])
+        rows = {"raw": d, "sign_aligned": signed, "magnitude": magnitude} | {row: zero for row in ORACLE_ROWS}
+    else:
+        d, signed, ref_d, ref_signed, magnitude = sums
+        rows = {"raw": d, "sign_aligned": signed, "prod_raw": d + ref_d, "prod_sign_aligned": signed + ref_signed,
+                "ref_raw": ref_d, "ref_sign_aligned": ref_signed, "magnitude": magnitude}
+    return torch.stack([rows[row] for row in ROWS])
 
 
 def _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, ws: Workspace) -> ReplicateSummary | None:
@@ -314,9 +313,8 @@ def _finish(sums, counts, e_prod, e_ref, peak, nonfinite_prod, nonfinite_ref, hi
     counts = _numpy(counts)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.empty_like(sums)
-        means[:2] = sums[:2] / counts[0]
-        means[2:6] = sums[2:6] / counts[1]
-        means[6] = sums[6] / counts[0]
+        for i, row in enumerate(ROWS):  # counts[1]: elements where the oracle is finite too
+            means[i] = sums[i] / counts[1 if row in ORACLE_ROWS else 0]
     return ReplicateSummary(
         sums=np.nan_to_num(means),
         present=counts[0] > 0,
@@ -344,22 +342,22 @@ def _summarize_masked(layout: OutputLayout, ref_out: torch.Tensor, prod_out: tor
     nonfinite_prod = int((disagree & ~finite_p).sum())
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
     d = torch.where(finite, p - r, zero)
-    rows = [d, d * sign]
+    rows = {"raw": d, "sign_aligned": d * sign}
     if o is not None:
         ofinite = finite & torch.isfinite(o)
         po = torch.where(ofinite, p - o, zero)
         ro = torch.where(ofinite, r - o, zero)
-        rows += [po, po * sign, ro, ro * sign]
+        rows |= {"prod_raw": po, "prod_sign_aligned": po * sign, "ref_raw": ro, "ref_sign_aligned": ro * sign}
         e_prod = float(_error(p, o).max()) if o.numel() else 0.0
         e_ref = float(_error(r, o).max()) if o.numel() else 0.0
         fo = o[torch.isfinite(o)]
         peak = float(fo.abs().max()) if fo.numel() else 0.0
     else:
         ofinite = finite
-        rows += [zero.expand_as(d)] * 4
+        rows |= {row: zero.expand_as(d) for row in ORACLE_ROWS}
         e_prod = e_ref = peak = float("nan")
-    rows.append(torch.where(finite, r.abs(), zero))
-    stacked = torch.stack(rows)  # (N_ROWS, *shape)
+    rows["magnitude"] = torch.where(finite, r.abs(), zero)
+    stacked = torch.stack([rows[row] for row in ROWS])  # (N_ROWS, *shape)
     masks = torch.stack([finite, ofinite]).to(torch.float64)
 
     if labels is None:

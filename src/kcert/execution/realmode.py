@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import threading
 import types
 import weakref
 from typing import Any, Callable, Iterable
@@ -92,7 +91,10 @@ from torch.overrides import TorchFunctionMode
 
 from kcert.errors import ParameterError, RealModeUnsupported
 
-__all__ = ["RealMode", "run_real", "semantic_round", "to_real"]
+from . import rounding
+from .rounding import semantic_round
+
+__all__ = ["RealMode", "op_name", "run_real", "semantic_round", "to_real"]
 
 _TARGETS = (torch.float64, torch.float32)
 
@@ -105,10 +107,8 @@ _ALLOC = (
     "it, or "
 )
 
-# Thread-local because torch's mode stack is thread-local too.  bypass: >0 while
-# semantic_round (or kcert's bookkeeping) runs with RealMode standing aside;
-# dtypes: the target dtypes of the RealModes entered, innermost last.
-_tls = threading.local()
+# The thread-local state (bypass count, target dtypes entered) lives with semantic_round.
+_tls = rounding.real_mode_state
 
 _T = torch.Tensor
 _CAST_METHODS = frozenset({_T.float, _T.half, _T.bfloat16, _T.double})
@@ -237,7 +237,7 @@ def _describe(t: torch.Tensor) -> str:
     return f"{t.dtype} tensor of shape {tuple(t.shape)}"
 
 
-def _op_name(func: Any) -> str:
+def op_name(func: Any) -> str:
     if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return f"torch.ops.{func}"
     if getattr(func, "__self__", None) is _CAI_PROPERTY:
@@ -382,13 +382,7 @@ def _rebuild_dict(obj: dict, new: dict) -> dict:
         return new
 
 
-@contextlib.contextmanager
-def _bypass():
-    _tls.bypass = getattr(_tls, "bypass", 0) + 1
-    try:
-        yield
-    finally:
-        _tls.bypass -= 1
+_bypass = rounding.bypass
 
 
 _CONTINUE = object()
@@ -472,7 +466,7 @@ class RealMode(TorchFunctionMode):
                 "code it probably had a lower precision)"
             )
         return RealModeUnsupported(
-            f"real mode ({self.dtype}) cannot follow `{_op_name(func)}{call}` on a "
+            f"real mode ({self.dtype}) cannot follow `{op_name(func)}{call}` on a "
             f"{_describe(t)}{note}: {why}. To fix: {remedy}{_FIX}"
         )
 
@@ -576,7 +570,7 @@ class RealMode(TorchFunctionMode):
                         remedy=_ALLOC,
                     )
                 if ptr in self._input_copies:
-                    self._wrote_input = f"`{_op_name(func)}` into a {self._input_copies[ptr]}"
+                    self._wrote_input = f"`{op_name(func)}` into a {self._input_copies[ptr]}"
 
     # -- calls needing more than conversion -------------------------------------------
     def _special(self, func: Any, kind: int, args: tuple, kwargs: dict) -> Any:
@@ -766,34 +760,3 @@ def run_real(
             f"not visible to the caller. Return the output tensor; or {_FIX}"
         )
     return _map_floating(out, dtype)
-
-
-class _RoundKeepGrad(torch.autograd.Function):
-    """Round to ``dtype`` and back; the gradient passes through unrounded."""
-
-    @staticmethod
-    def forward(ctx, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        with _bypass():
-            r = t.to(dtype).to(t.dtype)
-            return r.clone() if r is t else r
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad, None
-
-
-# Opaque to torch.compile: dynamo would trace the bypass flag as a constant and let the
-# mode rewrite the rounding away; a graph break runs it eagerly, where the flag works.
-@torch.compiler.disable
-def semantic_round(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Round ``tensor`` to ``dtype`` and back, *also inside real mode*.
-
-    For roundings that belong to the reference definition (Gemma's embedding normaliser
-    ``sqrt(hidden)`` rounded to bf16: 55.4256 -> 55.5).  Outside real mode it is exactly
-    ``tensor.to(dtype).to(tensor.dtype)``.  Inside real mode the rounding runs with the
-    mode bypassed and, being part of the definition rather than of its evaluation, is
-    treated as the identity by autograd (the gradient is not rounded to ``dtype``).
-    """
-    if not getattr(_tls, "dtypes", None):
-        return tensor.to(dtype).to(tensor.dtype)
-    return _RoundKeepGrad.apply(tensor, dtype)

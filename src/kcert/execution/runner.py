@@ -13,94 +13,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from ..case import Case, Gaussian, Integers, Labels, Uniform
 from ..errors import CaseError, KernelError, ParameterError, RealModeUnsupported
-from ..stats.bitwise import N_BINS
 from ..stats.moments import MomentAccumulator
 from . import probes, seeding
+from .accumulator import BLOCK, EARLY_ROWS, Block, OutputAccumulator, ReplicateSummary
 from .frames import kernel_frame
-from .outputs import (
-    ROWS,
-    OutputLayout,
-    ReplicateSummary,
-    Workspace,
-    bucket_labels,
-    make_layout,
-    summarize,
-)
+from .outputs import OutputLayout, Workspace, bucket_labels, make_layout, summarize
 from .realmode import run_real
-
-
-@dataclass
-class OutputAccumulator:
-    """Everything the gates need about one output, accumulated over replicates."""
-
-    layout: OutputLayout
-    moments: dict[str, MomentAccumulator]
-    replicate: list[int] = field(default_factory=list)
-    e_prod: list[float] = field(default_factory=list)
-    e_ref: list[float] = field(default_factory=list)
-    peak: list[float] = field(default_factory=list)
-    nonfinite_prod: int = 0
-    nonfinite_ref: int = 0
-    nonfinite_replicates: list[int] = field(default_factory=list)
-    # L0: ULP distances of prod vs ref over every element of every replicate (exact integer counts)
-    ulp_histogram: np.ndarray = field(default_factory=lambda: np.zeros(N_BINS, np.int64))
-
-    @classmethod
-    def empty(cls, layout: OutputLayout) -> OutputAccumulator:
-        size = layout.buckets or 0
-        return cls(layout, {row: MomentAccumulator.zeros(size) for row in ROWS})
-
-    def add(self, r: int, s: ReplicateSummary) -> None:
-        g = s.sums.shape[1]
-        for i, row in enumerate(ROWS):
-            acc = self.moments[row]
-            acc.grow(g)
-            values = np.zeros(acc.size)
-            values[:g] = s.sums[i]
-            present = np.zeros(acc.size, bool)
-            present[:g] = s.oracle_present if 2 <= i < 6 else s.present
-            acc.add(values, present)
-        self.replicate.append(r)
-        self.e_prod.append(s.e_prod)
-        self.e_ref.append(s.e_ref)
-        self.peak.append(s.peak)
-        self.nonfinite_prod += s.nonfinite_prod
-        self.nonfinite_ref += s.nonfinite_ref
-        if (s.nonfinite_prod or s.nonfinite_ref) and len(self.nonfinite_replicates) < 16:
-            self.nonfinite_replicates.append(r)
-        self.ulp_histogram = self.ulp_histogram + s.ulp_histogram
-
-    def merge(self, other: OutputAccumulator) -> None:
-        """Fold in an accumulator of the same output built on disjoint replicates."""
-        for row in ROWS:
-            self.moments[row].merge(other.moments[row])
-        self.replicate += other.replicate
-        self.e_prod += other.e_prod
-        self.e_ref += other.e_ref
-        self.peak += other.peak
-        self.nonfinite_prod += other.nonfinite_prod
-        self.nonfinite_ref += other.nonfinite_ref
-        self.nonfinite_replicates = sorted(self.nonfinite_replicates + other.nonfinite_replicates)[:16]
-        self.ulp_histogram = self.ulp_histogram + other.ulp_histogram
-
-    def copy(self) -> OutputAccumulator:
-        return OutputAccumulator(
-            self.layout, {row: copy.deepcopy(m) for row, m in self.moments.items()}, list(self.replicate),
-            list(self.e_prod), list(self.e_ref), list(self.peak), self.nonfinite_prod, self.nonfinite_ref,
-            list(self.nonfinite_replicates), self.ulp_histogram.copy(),
-        )
-
-    def errors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(E_prod, E_ref, peak) ordered by replicate index."""
-        order = np.argsort(self.replicate, kind="stable")
-        return (np.asarray(self.e_prod)[order], np.asarray(self.e_ref)[order], np.asarray(self.peak)[order])
 
 
 def as_outputs(value, role: str, where: str) -> tuple[torch.Tensor, ...]:
@@ -111,9 +35,6 @@ def as_outputs(value, role: str, where: str) -> tuple[torch.Tensor, ...]:
     raise KernelError(f"{where}: {role} must return a tensor or a non-empty tuple of tensors, got {type(value).__name__}")
 
 
-BLOCK = 64  # replicates per accumulation block; part of the numbers' definition, never change per run
-# Statistics of which the runner keeps early snapshots, for L0's growth test (|z| at R/4 vs at R)
-EARLY_ROWS = ("raw", "sign_aligned")
 # Bytes of stacked probes and outputs per batched kernel call. On the CPU, stacks above glibc's
 # 32 MB mmap threshold are page-faulted afresh at every call: 16 MiB measured no slower than
 # unbatched, 256 MiB 2.3x slower (benchmarks/batched.py). The accelerator default is not measured.
@@ -140,22 +61,22 @@ def _check_probe_sizes(case: Case) -> None:
 
 
 @dataclass
-class Block:
-    """Block ``index`` accumulated from empty over replicates ``[first, first + filled)``;
-    ``first`` is ``BLOCK*index`` except for shards made by :meth:`Runner.run` on a bare range."""
+class RunState:
+    """A runner's consistent state: what a checkpoint saves and a resumed runner loads
+    (:meth:`Runner.state`, :meth:`Runner.load_state`)."""
 
-    index: int
-    first: int
-    filled: int
-    outputs: list[OutputAccumulator]
+    oracle_unavailable: str | None
+    oracle_checked: bool
+    layouts: list[OutputLayout] | None
+    folded: int = 0
+    prefix: list[OutputAccumulator] | None = None
+    early: dict[int, list[dict[str, MomentAccumulator]]] | None = None
+    pending: dict[int, Block] | None = None  # blocks not merged yet, none of them mid-update
 
     @property
-    def next_replicate(self) -> int:
-        return self.first + self.filled
-
-    @property
-    def complete(self) -> bool:
-        return self.first == BLOCK * self.index and self.filled == BLOCK
+    def done(self) -> int:
+        """Replicates the state holds."""
+        return BLOCK * self.folded + sum(b.filled for b in (self.pending or {}).values())
 
 
 class Runner:
@@ -226,6 +147,35 @@ class Runner:
                 self.early[self.folded] = [{row: copy.deepcopy(acc.moments[row]) for row in EARLY_ROWS}
                                            for acc in self.prefix]
 
+    # -- state: the only way in and out of a runner ---------------------------------------------
+    def state(self) -> RunState:
+        """The consistent state (a block interrupted mid-update is left out); shares the arrays."""
+        return RunState(self.oracle_unavailable, self.oracle_checked, self.layouts, self.folded, self.prefix,
+                        self.early, self.safe_pending() if self.layouts is not None else {})
+
+    def load_state(self, state: RunState) -> None:
+        """Continue from ``state`` (a checkpoint's); only a runner that has computed nothing can."""
+        if self.done or self.layouts is not None:
+            raise RuntimeError("load_state needs a fresh runner: this one has computed replicates")
+        self.oracle_unavailable = state.oracle_unavailable
+        self.oracle_checked = state.oracle_checked
+        if state.layouts is None:
+            return
+        self.layouts = state.layouts
+        self.prefix = state.prefix
+        self.folded = state.folded
+        self.early = dict(state.early or {})
+        for block in (state.pending or {}).values():
+            self.add_block(block)
+
+    def merge(self, layouts: list[OutputLayout] | None, blocks: list[Block]) -> None:
+        """Take in blocks computed elsewhere (another rank) and the output layouts they were computed
+        with, when this runner has not described its outputs yet."""
+        if self.layouts is None and layouts is not None:
+            self.layouts = layouts
+        for block in blocks:
+            self.add_block(block)
+
     def early_moments(self, output: int, replicates: int) -> tuple[int, dict[str, MomentAccumulator]] | None:
         """The snapshot of output ``output`` on the most replicates that are at most a quarter of
         ``replicates``: (its replicate count, its moments); None when R < 4 blocks."""
@@ -234,10 +184,6 @@ class Runner:
             return None
         k = max(fits)
         return BLOCK * k, self.early[k][output]
-
-    def _set_layouts(self, layouts: list[OutputLayout]) -> None:
-        if self.layouts is None:
-            self.layouts = layouts
 
     # -- error context ------------------------------------------------------------------------
     def where(self, r: int | None = None) -> str:

@@ -10,7 +10,7 @@ difference does not. Verdict per output:
 - WARN when it does not shrink but stays below the floor (a tiny algebraic difference, e.g. a
   truncated constant).
 
-Symbolic proof (gates/symbolic.py): ref and prod on tensors of real symbols at a small shape S,
+Symbolic proof (execution/proof.py): ref and prod on tensors of real symbols at a small shape S,
 ``ref - prod`` simplified. "proved at shape S" / "disproved at shape S" (with a witness) when it
 decides; otherwise the verdict rests on the identity test and says why the proof was not reached.
 Precision ladder (execution/ladder.py, stats/ladder.py): when prod cannot run in real mode (a
@@ -21,17 +21,15 @@ float64 oracle; an error that stops at a floor no finer precision lowers is an a
 ``AlgebraResult.level`` names the evidence: "proof", "identity test", "precision ladder" or
 "skipped" (no algebra test ran; with ``accept_untested`` the certificate's verdict then rests on the
 bias and variance gates, and ``untested_limit`` says what is not tested).
+
+This module only judges: the kernel runs are :func:`kcert.execution.algebra.evaluate_algebra`, whose
+:class:`~kcert.execution.evidence.AlgebraEvidence` :func:`judge_algebra` reads.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import replace
 
-import torch
-
-from ..case import Case
 from ..certificate import (
     AlgebraOutputResult,
     AlgebraProofResult,
@@ -41,54 +39,22 @@ from ..certificate import (
     LadderRungResult,
 )
 from ..diagnostics import diagnostic
-from ..errors import KernelError, RealModeUnsupported
-from ..execution import ladder as ladder_run
-from ..execution import probes, seeding
-from ..execution.realmode import run_real
-from ..execution.runner import as_outputs
+from ..execution.evidence import AlgebraEvidence, LadderMeasurement
 from ..stats import ladder as ladder_stats
 from ..stats.identity import FAIL_FLOOR, ROUNDING_SHRINK, shrink
 from ..verdict import Verdict
 
 
-def _relative_discrepancy(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| / max |a| over the elements where a and b differ; 0 when identical (nan with
-    nan and equal infinities count as identical), inf when they differ at a non-finite value."""
-    a = a.to(torch.float64)
-    b = b.to(torch.float64)
-    if a.numel() == 0:
-        return 0.0
-    # Fast path, four passes: when every difference is finite (so are a and b), an equal pair
-    # contributes 0 to the maximum anyway. The general path below made ~15 full-size passes and
-    # was half of a RoPE certification's fixed cost (benchmarks/overhead.py).
-    diff = float(torch.sub(a, b).abs_().max())
-    if math.isfinite(diff):
-        lo, hi = (float(v) for v in torch.aminmax(a))
-        scale = max(-lo, hi)
-        return diff / scale if scale > 0 else diff
-    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-    if bool(same.all()):
-        return 0.0
-    if bool((~same & ~(torch.isfinite(a) & torch.isfinite(b))).any()):
-        return math.inf
-    diff = float(torch.where(same, 0.0, (a - b).abs()).max())
-    finite = a[torch.isfinite(a)]
-    scale = float(finite.abs().max()) if finite.numel() else 0.0
-    return diff / scale if scale > 0 else diff
-
-
-def judge_algebra(case: Case, weights: probes.Draw, seed: int, device, points: int = 8, wide_points: int = 8,
-                  widen: float = 4.0, proof: bool = True, proof_budget_s: float | None = None,
-                  accept_untested: bool = False, bias_floor_ulp: float | None = None) -> AlgebraResult:
-    """Gate 1. The identity test always runs (it is the check at the probe's own shapes); with
-    ``proof`` the symbolic proof level is tried as well, on the same sides and draws, within
-    ``proof_budget_s`` seconds (default ``gates.symbolic.PROOF_BUDGET_S``), and the verdict rests on
-    it when it decides and agrees (see :func:`_combine` and docs/method.md). When prod cannot run in
-    real mode the precision ladder runs instead (:func:`_judge_ladder`). ``accept_untested`` (or the
-    case's ``accept_untested_algebra``): a SKIPPED result is marked accepted, with the limit stated in
-    terms of the bias gate's ``bias_floor_ulp``."""
-    result = _judge(case, weights, seed, device, points, wide_points, widen, proof, proof_budget_s)
-    if result.verdict is Verdict.SKIPPED and (accept_untested or case.accept_untested_algebra):
+def judge_algebra(evidence: AlgebraEvidence, accept_untested: bool = False,
+                  bias_floor_ulp: float | None = None) -> AlgebraResult:
+    """Gate 1 on what :func:`kcert.execution.algebra.evaluate_algebra` measured. The identity test is
+    the check at the probe's own shapes; when the symbolic proof was tried, the verdict rests on it
+    when it decides and agrees (see :func:`_combine` and docs/method.md). When prod could not run in
+    real mode the precision ladder is judged instead (:func:`_judge_ladder`). ``accept_untested`` (or
+    the case's ``accept_untested_algebra``): a SKIPPED result is marked accepted, with the limit stated
+    in terms of the bias gate's ``bias_floor_ulp``."""
+    result = _judge(evidence)
+    if result.verdict is Verdict.SKIPPED and (accept_untested or evidence.accept_untested):
         floor = f"{bias_floor_ulp:g} ULP" if bias_floor_ulp is not None else "its ULP"
         limit = (f"algebraic differences below the bias gate's floor of {floor} (or that show no coherent bias "
                  f"and no heavier error tail) are not tested")
@@ -101,56 +67,28 @@ def judge_algebra(case: Case, weights: probes.Draw, seed: int, device, points: i
     return result
 
 
-def _judge(case: Case, weights: probes.Draw, seed: int, device, points: int, wide_points: int, widen: float,
-           proof: bool, proof_budget_s: float | None) -> AlgebraResult:
-    sides = {"ref": (case.ref, "ref in real mode", case.oracle, "the given oracle"),
-             "prod": (case.prod, "prod in real mode", case.prod_math, "the given prod_math")}
-    chosen: dict[str, tuple[Callable, str]] = {}
-    skip_reasons = []
-    draws = [probes.draw_inputs(case, seed, i, device, stream=seeding.ALGEBRA, widen=1.0 if i < points else widen)
-             for i in range(points + wide_points)]
-    results: dict[str, dict[torch.dtype, list]] = {}
-    for role, (kernel, kernel_label, math_def, math_label) in sides.items():
-        candidates = [(kernel, kernel_label)] + ([(math_def, math_label)] if math_def is not None else [])
-        last_error = None
-        for fn, label in candidates:
-            try:
-                results[role] = _evaluate(fn, label, draws, weights)
-                chosen[role] = (fn, label)
-                break
-            except RealModeUnsupported as exc:
-                last_error = exc
-        if role not in chosen:
-            what = "math definition (Case(oracle=...))" if role == "ref" else "real definition (Case(prod_math=...))"
-            skip_reasons.append(f"{role} cannot run in real mode and no {what} was given: {last_error}")
-
-    if skip_reasons:
-        skipped = AlgebraResult(Verdict.SKIPPED, "; ".join(skip_reasons), "skipped", points, wide_points,
-                                chosen.get("ref", (None, "unavailable"))[1],
-                                chosen.get("prod", (None, "unavailable"))[1])
-        if "prod" in chosen:
+def _judge(evidence: AlgebraEvidence) -> AlgebraResult:
+    points, wide_points = evidence.points, evidence.wide_points
+    if evidence.unavailable:
+        skipped = AlgebraResult(Verdict.SKIPPED, "; ".join(evidence.unavailable), "skipped", points, wide_points,
+                                evidence.ref, evidence.prod)
+        if evidence.no_oracle is not None:
+            return replace(skipped, reason=f"{skipped.reason}; no precision ladder either: no float64 oracle "
+                                           f"({evidence.no_oracle})")
+        if evidence.ladder is None:
             return skipped  # prod runs in real mode; ref has no oracle: nothing to compare prod with
-        return _judge_ladder(case, weights, seed, device, points, wide_points, widen, skipped)
+        return _judge_ladder(evidence.ladder, evidence.dtype, skipped)
 
-    n_out = len(results["ref"][torch.float64][0])
-    if any(len(o) != n_out for role in results for dt in results[role] for o in results[role][dt]):
-        raise KernelError(f"case {case.name!r}: ref and prod return different numbers of outputs in real mode")
     outputs = []
-    for j in range(n_out):
-        d = {}
-        for dt in (torch.float64, torch.float32):
-            values = [_relative_discrepancy(a[j], b[j]) for a, b in zip(results["ref"][dt], results["prod"][dt])]
-            if dt == torch.float32:
-                values = [v for v in values if math.isfinite(v)] or [math.inf]
-            d[dt] = max(values)
-        d64, d32 = d[torch.float64], d[torch.float32]
+    for o in evidence.outputs:
+        d64, d32 = o.discrepancy_float64, o.discrepancy_float32
         if d64 == 0 or shrink(d64, d32) >= ROUNDING_SHRINK:
             v = Verdict.PASS
         elif d64 >= FAIL_FLOOR:
             v = Verdict.FAIL
         else:
             v = Verdict.WARN
-        outputs.append(AlgebraOutputResult(case.output_name(j, n_out), d64, d32, v))
+        outputs.append(AlgebraOutputResult(o.name, d64, d32, v))
     verdict = Verdict.worst(o.verdict for o in outputs)
     worst = max(outputs, key=lambda o: (o.verdict.severity, o.discrepancy_float64))
     if verdict is Verdict.PASS and worst.discrepancy_float64 == 0:
@@ -164,18 +102,11 @@ def _judge(case: Case, weights: probes.Draw, seed: int, device, points: int, wid
                   f"{worst.discrepancy_float32:.3g} in float32 (shrink {worst.shrink:.3g}, rounding gives "
                   f">= {ROUNDING_SHRINK:.3g}): ref and prod compute different real functions")
     diags = (diagnostic("ill_conditioned_identity", reason),) if verdict is Verdict.WARN else ()
-    identity = AlgebraResult(verdict, reason, "identity test", points, wide_points, chosen["ref"][1],
-                             chosen["prod"][1], tuple(outputs), FAIL_FLOOR, ROUNDING_SHRINK, diags)
-    if not proof:
+    identity = AlgebraResult(verdict, reason, "identity test", points, wide_points, evidence.ref,
+                             evidence.prod, tuple(outputs), FAIL_FLOOR, ROUNDING_SHRINK, diags)
+    if evidence.proof is None:
         return identity
-    from .symbolic import (  # SymPy is imported only when a proof is tried (~1.4 s)
-        PROOF_BUDGET_S,
-        prove,
-    )
-
-    attempt = prove(case, chosen["ref"], chosen["prod"], draws, weights, FAIL_FLOOR,
-                    PROOF_BUDGET_S if proof_budget_s is None else proof_budget_s, wide_from=points)
-    return _combine(identity, attempt)
+    return _combine(identity, evidence.proof)
 
 
 def _combine(identity: AlgebraResult, attempt: AlgebraProofResult) -> AlgebraResult:
@@ -203,15 +134,10 @@ def _combine(identity: AlgebraResult, attempt: AlgebraProofResult) -> AlgebraRes
                    reason=f"{identity.reason} [symbolic proof not reached ({attempt.reason}): {attempt.note}]")
 
 
-def _judge_ladder(case: Case, weights: probes.Draw, seed: int, device, points: int, wide_points: int, widen: float,
-                  skipped: AlgebraResult) -> AlgebraResult:
-    """The precision ladder for a prod real mode cannot run (docs/method.md, "The precision ladder")."""
-    try:
-        m = ladder_run.measure(case, weights, seed, device, points, wide_points, widen)
-    except ladder_run.OracleUnavailable as exc:
-        return replace(skipped, reason=f"{skipped.reason}; no precision ladder either: no float64 oracle ({exc})")
+def _judge_ladder(m: LadderMeasurement, working: str, skipped: AlgebraResult) -> AlgebraResult:
+    """The precision ladder for a prod real mode cannot run (docs/method.md, "The precision ladder");
+    ``working``: the case's dtype."""
     accepted = [r for r in m.rungs if r.accepted]
-    working = ladder_run.dtype_name(case.dtype)
     outputs = []
     for j, name in enumerate(m.outputs):
         dtypes = [r.output_dtypes[j] for r in accepted]
@@ -261,15 +187,3 @@ def _judge_ladder(case: Case, weights: probes.Draw, seed: int, device, points: i
     return AlgebraResult(verdict, reason, level, m.points, m.wide_points, f"oracle: {m.oracle}",
                          f"prod at {', '.join(ladder.accepted) or 'no precision'}", ladder=ladder)
 
-
-def _evaluate(fn: Callable, label: str, draws, weights) -> dict:
-    out = {}
-    for dt in (torch.float64, torch.float32):
-        values = []
-        for i, draw in enumerate(draws):
-            kwargs = {**draw.exact, **weights.exact}
-            with torch.no_grad():
-                values.append(as_outputs(run_real(lambda kw=kwargs: fn(**kw), dtype=dt, name=label), label,
-                                         f"algebra point {i}"))
-        out[dt] = values
-    return out

@@ -6,9 +6,10 @@ import numpy as np
 
 from ..certificate import BiasResult
 from ..diagnostics import diagnostic
-from ..execution.runner import OutputAccumulator
+from ..execution.accumulator import OutputAccumulator
 from ..stats import power
-from ..stats.bias import FAIL, IDENTICAL, UNTESTED, WARN, ATTRIBUTED_TO_REF, BiasThresholds, judge_buckets
+from ..stats.bias import FAIL, IDENTICAL, UNTESTED, WARN, ATTRIBUTED_TO_REF, judge_buckets
+from ..stats.thresholds import BiasThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
 from .minimum import BIAS_REFERENCE_EFFECT, bias_minimum, judge_minimum

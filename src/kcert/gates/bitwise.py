@@ -9,7 +9,7 @@ TransformerEngine #1132 miss). It never changes a verdict or the exit code.
 from __future__ import annotations
 
 from ..certificate import BitwiseResult
-from ..execution.runner import OutputAccumulator
+from ..execution.accumulator import OutputAccumulator
 from ..stats.bitwise import classify, growth_test
 from ..stats.moments import MomentAccumulator
 

@@ -14,13 +14,22 @@ kept beside it for comparison and for the plots; docs/method.md says why the ver
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..certificate import VarianceResult, VarianceThresholds
-from ..diagnostics import diagnostic
+from ..certificate import VarianceResult
+from ..diagnostics import Diagnostic, diagnostic
 from ..stats.amplification import amplification_ratios
 from ..stats.tail import fit_tail
-from ..stats.tail_ratio import Exceedances, exceedances_of, tail_ratio_estimate, tail_ratio_interval
+from ..stats.tail_ratio import (
+    Exceedances,
+    TailRatioInterval,
+    exceedances_of,
+    tail_ratio_estimate,
+    tail_ratio_interval,
+)
+from ..stats.thresholds import VarianceThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
 from .minimum import judge_minimum, variance_minimum
@@ -78,62 +87,137 @@ def judge_errors(a, b, horizon: float, thresholds: VarianceThresholds, seed: int
     e_prod, e_ref, eps = (np.full(n, np.nan) if x is None else np.asarray(x, np.float64) for x in (e_prod, e_ref, eps))
     if k is None:
         k = amplification_ratios(a, b, 1.0)
-    alpha = thresholds.alpha / max(1, planned_looks)
-    slack = thresholds.slack
-    diags = []
-    found: dict = {}
-
-    def result(verdict: Verdict, reason: str) -> VarianceResult:
-        return VarianceResult(output, dtype, verdict, reason, thresholds, horizon, k, e_prod, e_ref, eps,
-                              found.get("tail"), tuple(looks), tuple(diags), interval=found.get("interval"),
-                              stopping_rule=stopping_rule(planned_looks, thresholds.alpha),
-                              threshold_stability=found.get("stability", ()),
-                              confirmation=found.get("confirmation"), harm_format=harm_format,
-                              error_prod_units=a, error_ref_units=b)
-
-    found["tail"] = _report_fit(k, horizon, thresholds, seed)
+    tail = _report_fit(k, horizon, thresholds, seed)
     prod_inf = np.isinf(a) & np.isfinite(b)
-    undefined = ~np.isfinite(a) & ~np.isfinite(b)
-    ref_broken = np.isfinite(a) & ~np.isfinite(b)
     if prod_inf.any():
-        first = np.nonzero(prod_inf)[0][:8].tolist()
-        diags.append(diagnostic("infinite_ratio", f"{int(prod_inf.sum())} of {n} replicates, e.g. replicates {first}"))
-        return result(Verdict.FAIL, f"prod's error is non-finite in {int(prod_inf.sum())} of {n} replicates where "
-                                    f"ref's is finite")
-    floor = Verdict.PASS
-    if undefined.any():
-        diags.append(diagnostic("undefined_ratio", f"{int(undefined.sum())} of {n} replicates"))
-        floor = Verdict.WARN
-    if ref_broken.any():
-        diags.append(diagnostic("nonfinite_ref_error", f"{int(ref_broken.sum())} of {n} replicates excluded"))
-    keep = np.isfinite(a) & np.isfinite(b)
-    a, b = a[keep], b[keep]
+        judged = _prod_not_finite(prod_inf)
+    else:
+        screened = _screen(a, b, thresholds)
+        keep = np.isfinite(a) & np.isfinite(b)
+        a, b = a[keep], b[keep]  # the result keeps the errors it judged
+        judged = _judge_tails(a, b, horizon, thresholds, thresholds.alpha / max(1, planned_looks), harm_format,
+                              screened)
+    return VarianceResult(output, dtype, judged.verdict, judged.reason, thresholds, horizon, k, e_prod, e_ref, eps,
+                          tail, tuple(looks), judged.diagnostics, interval=judged.interval,
+                          stopping_rule=stopping_rule(planned_looks, thresholds.alpha),
+                          threshold_stability=judged.stability, confirmation=judged.confirmation,
+                          harm_format=harm_format, error_prod_units=a, error_ref_units=b,
+                          fail_estimate=judged.fail_estimate, assumptions=ASSUMPTIONS)
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """What the gate found: the verdict, why, and the evidence a VarianceResult keeps."""
+
+    verdict: Verdict
+    reason: str
+    diagnostics: tuple[Diagnostic, ...]
+    interval: TailRatioInterval | None = None
+    stability: tuple[tuple[float, float], ...] = ()
+    confirmation: tuple[float, float] | None = None
+    fail_estimate: float | None = None
+
+
+@dataclass(frozen=True)
+class _Screened:
+    """The replicates the tail model cannot use (non-finite errors) and the minimum for a PASS: the
+    verdict floor they set and their diagnostics."""
+
+    floor: Verdict
+    diagnostics: tuple[Diagnostic, ...]
+    too_few: bool  # fewer usable replicates than a PASS needs
+    minimum: int
+
+
+def _prod_not_finite(prod_inf: np.ndarray) -> _Judged:
+    """FAIL: prod's error is non-finite where ref's is finite."""
+    n, bad = prod_inf.size, int(prod_inf.sum())
+    first = np.nonzero(prod_inf)[0][:8].tolist()
+    return _Judged(Verdict.FAIL, f"prod's error is non-finite in {bad} of {n} replicates where ref's is finite",
+                   (diagnostic("infinite_ratio", f"{bad} of {n} replicates, e.g. replicates {first}"),))
+
+
+def _screen(a: np.ndarray, b: np.ndarray, thresholds: VarianceThresholds) -> _Screened:
+    """Undefined ratios (both sides non-finite) hold the verdict at WARN; replicates where only ref's error
+    is non-finite are excluded; fewer usable replicates than the minimum hold a PASS at WARN."""
+    n = a.size
+    undefined = int(np.sum(~np.isfinite(a) & ~np.isfinite(b)))
+    ref_broken = int(np.sum(np.isfinite(a) & ~np.isfinite(b)))
+    usable = int(np.sum(np.isfinite(a) & np.isfinite(b)))
+    diags = []
+    if undefined:
+        diags.append(diagnostic("undefined_ratio", f"{undefined} of {n} replicates"))
+    if ref_broken:
+        diags.append(diagnostic("nonfinite_ref_error", f"{ref_broken} of {n} replicates excluded"))
     minimum = variance_minimum(thresholds.min_exceedances, thresholds.threshold_quantile)
-    floor, too_few = judge_minimum("variance", floor, a.size, minimum,
+    floor, too_few = judge_minimum("variance", Verdict.WARN if undefined else Verdict.PASS, usable, minimum,
                                    f"{thresholds.min_exceedances} exceedances over the q{thresholds.threshold_quantile:g} "
                                    "of each side's errors for a tail model")
     if too_few is not None:
         diags.append(too_few)
-    if a.size == 0:
-        return result(Verdict.WARN, "no replicate with finite errors on both sides")
+    return _Screened(floor, tuple(diags), too_few is not None, minimum)
 
+
+def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: VarianceThresholds, alpha: float,
+                 harm_format: str, screened: _Screened) -> _Judged:
+    """The verdict on the finite errors: nothing to bound, ref exact, too few exceedances for a tail
+    model, or the tail ratio's interval."""
+    slack = thresholds.slack
+    diags = screened.diagnostics
+    if a.size == 0:
+        return _Judged(Verdict.WARN, "no replicate with finite errors on both sides", diags)
     a_max = float(a.max())
     if a_max <= slack:
-        return result(floor, f"prod within {slack:g} harm unit of the oracle in all {a.size} replicates "
-                             f"(max {a_max:.3g} {harm_format or 'ULP'} ULP): no amplification to bound")
+        return _Judged(screened.floor, f"prod within {slack:g} harm unit of the oracle in all {a.size} replicates "
+                                       f"(max {a_max:.3g} {harm_format or 'ULP'} ULP): no amplification to bound",
+                       diags)
     if not np.any(b > 0):
-        diags.append(diagnostic("infinite_ratio", f"ref exact in all {a.size} replicates"))
-        return result(Verdict.FAIL, f"ref matches the oracle exactly in every replicate while prod is off by up to "
-                                    f"{a_max:.3g} harm units")
+        return _Judged(Verdict.FAIL, f"ref matches the oracle exactly in every replicate while prod is off by up to "
+                                     f"{a_max:.3g} harm units",
+                       diags + (diagnostic("infinite_ratio", f"ref exact in all {a.size} replicates"),))
     try:
         sides = [exceedances_of(x, thresholds.threshold_quantile, thresholds.min_exceedances) for x in (a, b)]
     except ValueError:
-        observed = (a_max - slack) / float(b.max())
-        diags.append(diagnostic("few_exceedances", f"{int(np.sum(a > 0))} positive prod errors, "
-                                                   f"{int(np.sum(b > 0))} positive ref errors of {a.size}"))
-        verdict = Verdict.FAIL if observed > thresholds.fail else Verdict.WARN
-        return result(verdict, f"fewer than three errors above a side's threshold (few or tied positive errors): no "
-                               f"tail model; observed ratio of maxima (max a - {slack:g}) / max b = {observed:.3g}")
+        return _without_tail_model(a, b, thresholds, diags)
+    diags += _side_diagnostics(sides, horizon, thresholds)
+    iv = tail_ratio_interval(sides[0], sides[1], horizon, alpha, slack=slack,
+                             heterogeneity_level=thresholds.heterogeneity_level)
+    het = iv.heterogeneity
+    if het is not None and het.rejects:
+        diags += (diagnostic("tail_heavier_than_ref",
+                             f"xi = {het.shape_prod:.3f} (prod) vs {het.shape_ref:.3f} (ref), LR = "
+                             f"{het.statistic:.2f}, p = {het.p_value:.2g}: each side has its own shape"),)
+    stability = _threshold_stability(a, b, horizon, thresholds)
+    judged = fail_estimate(iv, thresholds)
+    diags += _stability_diagnostics(stability, judged, iv, sides[0].quantile)
+    verdict = Verdict.worst([_by_interval(judged, iv.upper, thresholds), screened.floor])
+    confirmation = _confirmation(a, b, horizon, thresholds) if verdict is Verdict.FAIL else None
+    if confirmation is not None and min(confirmation) <= thresholds.fail:
+        diags += (diagnostic("fail_not_confirmed", f"A_T = {confirmation[0]:.3g} (even replicates), "
+                                                   f"{confirmation[1]:.3g} (odd)"),)
+    reason = _interval_reason(iv, judged, verdict, horizon, alpha, thresholds)
+    if screened.too_few:
+        reason += f"; only {a.size} replicates: a PASS needs {screened.minimum}"
+    return _Judged(verdict, reason, diags, iv, stability, confirmation, judged)
+
+
+def _without_tail_model(a: np.ndarray, b: np.ndarray, thresholds: VarianceThresholds,
+                        diags: tuple[Diagnostic, ...]) -> _Judged:
+    """Fewer than three errors above a side's threshold: the observed ratio of the maxima decides."""
+    slack = thresholds.slack
+    observed = (float(a.max()) - slack) / float(b.max())
+    few = diagnostic("few_exceedances", f"{int(np.sum(a > 0))} positive prod errors, "
+                                        f"{int(np.sum(b > 0))} positive ref errors of {a.size}")
+    verdict = Verdict.FAIL if observed > thresholds.fail else Verdict.WARN
+    return _Judged(verdict, f"fewer than three errors above a side's threshold (few or tied positive errors): no "
+                            f"tail model; observed ratio of maxima (max a - {slack:g}) / max b = {observed:.3g}",
+                   diags + (few,))
+
+
+def _side_diagnostics(sides, horizon: float, thresholds: VarianceThresholds) -> tuple[Diagnostic, ...]:
+    """What weakens each side's tail fit: few exceedances, a lowered threshold, a horizon shorter than
+    one exceedance, tied excesses."""
+    diags = []
     for name, s in zip(("prod", "ref"), sides):
         if s.n < thresholds.min_exceedances:
             diags.append(diagnostic("few_exceedances", f"{name}'s tail fit rests on {s.n} exceedances"))
@@ -144,47 +228,48 @@ def judge_errors(a, b, horizon: float, thresholds: VarianceThresholds, seed: int
             diags.append(diagnostic("horizon_too_short", f"{name}: T * zeta = {horizon * s.rate:.3g}"))
         if _tied(s):
             diags.append(diagnostic("tied_exceedances", f"{name}: few distinct values among {s.n} exceedances"))
+    return tuple(diags)
 
-    iv = tail_ratio_interval(sides[0], sides[1], horizon, alpha, slack=slack,
-                             heterogeneity_level=thresholds.heterogeneity_level)
-    found["interval"] = iv
-    het = iv.heterogeneity
-    if het is not None and het.rejects:
-        diags.append(diagnostic("tail_heavier_than_ref",
-                                f"xi = {het.shape_prod:.3f} (prod) vs {het.shape_ref:.3f} (ref), LR = "
-                                f"{het.statistic:.2f}, p = {het.p_value:.2g}: each side has its own shape"))
 
+def _threshold_stability(a: np.ndarray, b: np.ndarray, horizon: float,
+                         thresholds: VarianceThresholds) -> tuple[tuple[float, float], ...]:
+    """The A_T estimate refitted at the other threshold quantiles (those that leave three exceedances)."""
     stability = []
     for q in STABILITY_QUANTILES:
         try:
             s_a, s_b = (exceedances_of(x, q, 3) for x in (a, b))
         except ValueError:
             continue
-        stability.append((q, _estimate(s_a, s_b, horizon, alpha, slack, thresholds)))
-    found["stability"] = tuple(stability)
-    judged = fail_estimate(iv, thresholds)
+        stability.append((q, _estimate(s_a, s_b, horizon, thresholds)))
+    return tuple(stability)
+
+
+def _stability_diagnostics(stability, judged: float, iv: TailRatioInterval, quantile: float) -> tuple[Diagnostic, ...]:
+    """``unstable_threshold`` when another threshold moves the estimate by more than the interval's width."""
     width = iv.upper - iv.estimate
     moved = max((abs(r - judged) for _, r in stability), default=0.0)
-    if stability and np.isfinite(width) and moved > width:
-        figures = ", ".join(f"q{q:g}: {r:.3g}" for q, r in stability)
-        diags.append(diagnostic("unstable_threshold", f"A_T = {judged:.3g} at q{sides[0].quantile:.3g}; {figures}"))
+    if not (stability and np.isfinite(width) and moved > width):
+        return ()
+    figures = ", ".join(f"q{q:g}: {r:.3g}" for q, r in stability)
+    return (diagnostic("unstable_threshold", f"A_T = {judged:.3g} at q{quantile:.3g}; {figures}"),)
 
-    verdict = _by_interval(judged, iv.upper, thresholds)
-    verdict = Verdict.worst([verdict, floor])
-    if verdict is Verdict.FAIL:
-        halves = []
-        for sl in (slice(0, None, 2), slice(1, None, 2)):
-            try:
-                h_a, h_b = (exceedances_of(x[sl], thresholds.threshold_quantile, thresholds.min_exceedances)
-                            for x in (a, b))
-            except ValueError:
-                break
-            halves.append(_estimate(h_a, h_b, horizon, alpha, slack, thresholds))
-        if len(halves) == 2:
-            found["confirmation"] = tuple(halves)
-            if min(halves) <= thresholds.fail:
-                diags.append(diagnostic("fail_not_confirmed", f"A_T = {halves[0]:.3g} (even replicates), "
-                                                              f"{halves[1]:.3g} (odd)"))
+
+def _confirmation(a: np.ndarray, b: np.ndarray, horizon: float,
+                  thresholds: VarianceThresholds) -> tuple[float, float] | None:
+    """A_T estimated on the even and on the odd replicates (None when a half has too few exceedances)."""
+    halves = []
+    for sl in (slice(0, None, 2), slice(1, None, 2)):
+        try:
+            h_a, h_b = (exceedances_of(x[sl], thresholds.threshold_quantile, thresholds.min_exceedances)
+                        for x in (a, b))
+        except ValueError:
+            return None
+        halves.append(_estimate(h_a, h_b, horizon, thresholds))
+    return tuple(halves)
+
+
+def _interval_reason(iv: TailRatioInterval, judged: float, verdict: Verdict, horizon: float, alpha: float,
+                     thresholds: VarianceThresholds) -> str:
     level = 1 - alpha
     reason = (f"U = {iv.upper:.3g} (A_T = {iv.estimate:.3g}: prod's T-call error tail over ref's, profile "
               f"likelihood, one-sided {level:.5g}, {iv.model}) at T = {horizon:.3g}; "
@@ -193,9 +278,7 @@ def judge_errors(a, b, horizon: float, thresholds: VarianceThresholds, seed: int
         reason += f"; FAIL is judged on the common-shape estimate A_T = {judged:.3g}"
     if verdict is Verdict.WARN and iv.upper > thresholds.fail and thresholds.fail_on == "estimate":
         reason += f"; A_T cannot be bounded below {thresholds.fail:g} (more replicates narrow U), FAIL needs A_T above it"
-    if too_few is not None:
-        reason += f"; only {a.size} replicates: a PASS needs {minimum}"
-    return result(verdict, reason)
+    return reason
 
 
 def _by_interval(estimate: float, upper: float, t: VarianceThresholds) -> Verdict:
@@ -206,8 +289,9 @@ def _by_interval(estimate: float, upper: float, t: VarianceThresholds) -> Verdic
     return Verdict.PASS if upper <= t.warn else Verdict.WARN
 
 
-def _estimate(prod: Exceedances, ref: Exceedances, horizon, alpha, slack, thresholds) -> float:
-    return tail_ratio_estimate(prod, ref, horizon, slack=slack, separate_level=thresholds.separate_fail_level)
+def _estimate(prod: Exceedances, ref: Exceedances, horizon: float, thresholds: VarianceThresholds) -> float:
+    return tail_ratio_estimate(prod, ref, horizon, slack=thresholds.slack,
+                               separate_level=thresholds.separate_fail_level)
 
 
 def fail_estimate(iv, thresholds: VarianceThresholds) -> float:

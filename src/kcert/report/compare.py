@@ -24,18 +24,15 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import KcertError
+from ..errors import CompareError
+from ..numbers import NONFINITE, fmt
+from .stable import RUN_VARYING
 from ..verdict import Verdict
 
 SCHEMA_PREFIX = "kcert.certificate/"
 KEYS = ("output", "name", "code", "case", "quantile")  # what names an element of a list of objects
-IGNORED_PROVENANCE = ("date", "wall_time_s")
+IGNORED_PROVENANCE = RUN_VARYING
 SHORT_TEXT = 40  # longer strings (reasons, notes) restate the figures: not compared as settings
-_NONFINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
-
-
-class CompareError(KcertError, ValueError):
-    """A file given to ``kcert compare`` is not a kcert certificate, or cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -161,8 +158,8 @@ def _number(x) -> float | None:
         return None
     if isinstance(x, (int, float)):
         return float(x)
-    if isinstance(x, str) and x in _NONFINITE:
-        return _NONFINITE[x]
+    if isinstance(x, str) and x in NONFINITE:
+        return NONFINITE[x]
     return None
 
 
@@ -261,10 +258,6 @@ def _verdict_place(where: str) -> str:
 # --- rendering ---------------------------------------------------------------------------------------
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4g}" if math.isfinite(x) else str(x)
-
-
 def render(comparison: Comparison, console, top: int = 10) -> None:
     """The comparison as text: per case its verdict changes, the figures that moved most, the
     settings and provenance that differ; then why the exit code is what it is."""
@@ -294,7 +287,7 @@ def render(comparison: Comparison, console, top: int = 10) -> None:
                 element = "" if f.index is None else (f.label or f"[{f.index}]")
                 if f.index is not None and f.elements_changed > 1:
                     element += f" (of {f.elements_changed} changed)"
-                t.add_row(Text(f.where), Text(element), _fmt(f.old), _fmt(f.new), _fmt(f.change))  # no markup
+                t.add_row(Text(f.where), Text(element), fmt(f.old, 4), fmt(f.new, 4), fmt(f.change, 4))  # no markup
             console.print(t)
         else:
             console.print("  no figure moved", highlight=False)

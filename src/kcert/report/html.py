@@ -10,10 +10,11 @@ import base64
 import html
 import json
 
-from ..certificate import Certificate
+from ..certificate import BitwiseResult, Certificate
 from . import checks
+from .blocks import AlgebraView, algebra_view, bitwise_view
 from .jsonio import to_dict
-from .text import MEANING, fmt, gate_sentences
+from .text import MEANING, error_comparison_text, fmt, gate_sentences
 
 _COLOURS = {"PASS": "#1a7f37", "WARN": "#9a6700", "FAIL": "#cf222e", "SKIPPED": "#8250df"}
 _STYLE = """
@@ -45,7 +46,7 @@ def _case(cert: Certificate) -> str:
         for g, v in cert.gates.items()
     )
     parts.append(f"<table><tr><th>gate</th><th>verdict</th><th>evidence</th></tr>{rows}</table>")
-    parts.append(_algebra_level(cert))
+    parts.append(_algebra(algebra_view(cert.algebra)))
     parts.append(_diagnostics(cert))
     names = [o.name for o in cert.outputs]
     names += [r.output for r in (*cert.bias, *cert.variance) if r.output not in names]
@@ -56,45 +57,43 @@ def _case(cert: Certificate) -> str:
     return "\n".join(parts)
 
 
-def _algebra_level(cert: Certificate) -> str:
-    """Which level Gate 1 reached: the symbolic proof (at which shape) or the identity test, and why."""
-    a, e = cert.algebra, html.escape
-    p = a.proof
-    if a.ladder is not None or a.untested_accepted:
+def _algebra(a: AlgebraView) -> str:
+    """Which level Gate 1 reached: the symbolic proof (and its witness) or the identity test, and why;
+    or the precision ladder's rungs and decisions, and an accepted untested algebra's limit."""
+    e = html.escape
+    if a.ladder is not None or a.untested_limit is not None:
         return _algebra_ladder(a)
+    p = a.proof
     if p is None:
         return f"<p>algebra: level {e(a.level)} (symbolic proof not attempted)</p>"
-    if p.outcome == "not reached":
-        return (f"<p>algebra: level {e(a.level)}; symbolic proof not reached ({e(p.reason)}, {p.seconds:.2f} s): "
+    if not p.reached:
+        return (f"<p>algebra: level {e(a.level)}; symbolic proof not reached ({e(p.reason)}, {p.seconds} s): "
                 f"{e(p.note)}</p>")
-    return f"<p>algebra: level {e(a.level)}; <b>{e(p.outcome)}</b> ({p.seconds:.2f} s): {e(p.note)}</p>"
+    witness = f"<br>{e(p.witness)}" if p.witness else ""
+    return f"<p>algebra: level {e(a.level)}; <b>{e(p.outcome)}</b> ({p.seconds} s): {e(p.note)}{witness}</p>"
 
 
-def _algebra_ladder(a) -> str:
+def _algebra_ladder(a: AlgebraView) -> str:
     """The precision ladder's rungs and decisions, and an accepted untested algebra's limit."""
     e = html.escape
     parts = [f"<p>algebra: level {e(a.level_text)}</p>"]
     lad = a.ladder
     if lad is not None:
-        names = [o.output for o in lad.outputs]
-        head = "".join(f"<th>{e(n)}: prod / ref</th>" for n in names)
+        head = "".join(f"<th>{e(n)}: prod / ref</th>" for n in lad.outputs)
         rows = []
         for r in lad.rungs:
-            if not r.accepted:
-                rows.append(f"<tr><td>{e(r.dtype)}</td><td colspan='{len(names)}'>not used: {e(r.reason)}</td></tr>")
+            if not r.used:
+                rows.append(f"<tr><td>{e(r.dtype)}</td><td colspan='{len(lad.outputs)}'>not used: "
+                            f"{e(r.reason)}</td></tr>")
                 continue
-            cells = "".join(f"<td>{pe:.2g} / {'-' if re is None else f'{re:.2g}'}</td>"
-                            for pe, re in zip(r.prod_error, r.ref_error))
+            cells = "".join(f"<td>{pe} / {re}</td>" for pe, re in r.errors)
             rows.append(f"<tr><td>{e(r.dtype)}</td>{cells}</tr>")
         parts.append(f"<p>precision ladder: relative error against the float64 oracle ({e(lad.oracle)}), inputs on "
-                     f"the {e(lad.grid)} grid, {lad.points + lad.wide_points} points</p>"
+                     f"the {e(lad.grid)} grid, {lad.points} points</p>"
                      f"<table><tr><th>precision</th>{head}</tr>{''.join(rows)}</table>")
-        decided = [f"{e(o.output)}: {e(o.outcome)}, judged at {e(o.judged)}, K = {o.amplification:.3g} (&lt;= "
-                   f"{lad.rounding_multiple:g} is rounding), resolution {o.resolution:.2g} relative"
-                   for o in lad.outputs if o.judged]
-        if decided:
-            parts.append("<p>" + "<br>".join(decided) + "</p>")
-    if a.untested_accepted:
+        if lad.decisions:
+            parts.append("<p>" + "<br>".join(e(d) for d in lad.decisions) + "</p>")
+    if a.untested_limit is not None:
         parts.append(f"<p><b>algebra untested, accepted</b> (Case(accept_untested_algebra=True) or "
                      f"--accept-untested-algebra): {e(a.untested_limit)}</p>")
     return "\n".join(parts)
@@ -146,7 +145,6 @@ def _bias_section(cert: Certificate, b) -> str:
 
 def _variance_section(cert: Certificate, v) -> str:
     from . import plots
-    from .terminal import error_comparison_text
 
     e = html.escape
     cells = {"replicates": v.replicates, "harm unit": f"one {e(v.harm_format or v.dtype)} ULP at each replicate's peak",
@@ -183,26 +181,26 @@ def _variance_section(cert: Certificate, v) -> str:
     return "\n".join(parts)
 
 
-def _bitwise_section(b) -> str:
+def _bitwise_section(b: BitwiseResult) -> str:
     """L0, informational: the bitwise-equal share, the ULP-distance histogram and the growth test."""
     from . import plots
 
-    e = html.escape
-    cells = {"classification": f"<b>{e(b.classification)}</b>",
-             "elements": f"{b.elements:,} ({b.replicates} replicates)"}
-    if b.elements:
-        cells["bitwise equal"] = f"{b.bitwise_equal:,} ({100 * b.fraction_equal:.3g}%)"
-        cells["farthest ULP distance"] = e(b.max_distance)
-    g = b.growth
+    e, v = html.escape, bitwise_view(b)
+    cells = {"classification": f"<b>{e(v.classification)}</b>",
+             "elements": f"{v.elements} ({v.replicates} replicates)"}
+    if v.compared:
+        cells["bitwise equal"] = f"{v.equal} ({v.equal_share})"
+        cells["farthest ULP distance"] = e(v.farthest)
+    g = v.growth
     if g is not None:
-        cells["significant buckets"] = f"{g.significant} (|z| > {g.threshold:g} at R = {g.replicates})"
-        cells["median growth of z"] = (f"{fmt(g.median_growth)}: z(R) / z({g.early_replicates}); a coherent bias "
-                                       f"gives {g.expected:.3g}, growth counts above {g.cut:.3g}")
-    if b.reason:
-        cells["note"] = e(b.reason)
-    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in cells.items())
+        cells["significant buckets"] = f"{g.significant} (|z| > {g.threshold} at R = {g.replicates})"
+        cells["median growth of z"] = (f"{g.median_growth}: z(R) / z({g.early_replicates}); a coherent bias "
+                                       f"gives {g.expected}, growth counts above {g.cut}")
+    if v.reason:
+        cells["note"] = e(v.reason)
+    rows = "".join(f"<tr><th>{k}</th><td>{val}</td></tr>" for k, val in cells.items())
     parts = ["<h4>L0 bitwise (informational, no verdict)</h4>", f"<table>{rows}</table>"]
-    if b.elements:
+    if v.compared:
         parts.append(_img(plots.ulp_distances(b), f"ULP distances of {b.output}"))
     return "\n".join(parts)
 
@@ -211,8 +209,6 @@ def _output(cert: Certificate, name: str) -> str:
     e = html.escape
     parts = [f"<section class='output'><h3>output · {e(name)}</h3>"]
     bias = [b for b in cert.bias if b.output == name]
-    if cert.bias_skipped_reason:
-        parts.append(f"<h4>bias gate {_badge('SKIPPED')}</h4><p class='note'>{e(cert.bias_skipped_reason)}</p>")
     for b in bias:
         parts.append(_bias_section(cert, b))
     variance = [v for v in cert.variance if v.output == name]

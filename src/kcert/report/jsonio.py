@@ -7,30 +7,17 @@ Strict JSON has no infinities or NaN: non-finite numbers are written as the stri
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict
 
 import numpy as np
 
 from ..certificate import BiasResult, BitwiseResult, Certificate, VarianceResult
-from ..gates.variance import ASSUMPTIONS, fail_estimate
+from ..numbers import json_number as number
+from ..stats.bias import REASON_CODE
 from ..verdict import Verdict
 from . import checks
 
 SCHEMA = "kcert.certificate/1"
-_REASON_CODES = {0: "not_significant", 1: "under_effect_floor", 2: "under_ulp_floor", 3: "attributed_to_ref",
-                 4: "detected", 5: "identical", 6: "untested", 7: "prod_under_floor"}
-_VERDICT_CODES = ("PASS", "WARN", "FAIL")
-
-
-def number(x):
-    """A JSON-safe scalar."""
-    if x is None:
-        return None
-    x = float(x)
-    if math.isfinite(x):
-        return x
-    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
 def numbers(a) -> list:
@@ -49,8 +36,8 @@ def _bias(b: BiasResult) -> dict:
             "effect_ulp": numbers(t.effect_ulp),
             "prod_bias_ulp": None if t.prod_bias_ulp is None else numbers(t.prod_bias_ulp),
             "ref_bias_ulp": None if t.ref_bias_ulp is None else numbers(t.ref_bias_ulp),
-            "verdict": [_VERDICT_CODES[int(v)] for v in t.verdict],
-            "reason": [_REASON_CODES[int(r)] for r in t.reason],
+            "verdict": [Verdict.from_code(v).value for v in t.verdict],
+            "reason": [REASON_CODE[int(r)] for r in t.reason],
         }
     return {
         "output": b.output,
@@ -95,7 +82,7 @@ def _tail_ratio(v: VarianceResult) -> dict | None:
     return {
         "estimate": number(iv.estimate), "common_shape_estimate": number(iv.common_estimate),
         "separate_shapes_estimate": number(iv.separate_estimate),
-        "fail_estimate": number(fail_estimate(iv, v.thresholds)),
+        "fail_estimate": number(v.fail_estimate),
         "lower": number(iv.lower), "upper": number(iv.upper), "alpha": iv.alpha, "deviance": number(iv.deviance),
         "model": iv.model, "slack": iv.slack, "shape_bounds": [number(x) for x in iv.shape_bounds],
         "prod": {"threshold": number(iv.threshold_prod), "exceedances": iv.exceedances_prod,
@@ -110,7 +97,7 @@ def _tail_ratio(v: VarianceResult) -> dict | None:
             "rejects": h.rejects},
         "threshold_stability": [{"quantile": q, "estimate": number(r)} for q, r in v.threshold_stability],
         "confirmation": None if v.confirmation is None else [number(r) for r in v.confirmation],
-        "assumptions": list(ASSUMPTIONS),
+        "assumptions": list(v.assumptions),
     }
 
 
@@ -218,8 +205,6 @@ def to_dict(cert: Certificate) -> dict:
     a = cert.algebra
     gates = cert.gates
     bias = {"verdict": gates["bias"].value, "outputs": [_bias(b) for b in cert.bias]}
-    if cert.bias_skipped_reason:
-        bias["reason"] = cert.bias_skipped_reason
     variance = {"verdict": gates["variance"].value, "outputs": [_variance(v) for v in cert.variance]}
     if cert.variance_skipped_reason:
         variance["reason"] = cert.variance_skipped_reason

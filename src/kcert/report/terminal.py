@@ -7,17 +7,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..certificate import (
-    AlgebraResult,
-    BiasResult,
-    BitwiseResult,
-    Certificate,
-    VarianceResult,
-)
-from ..gates.variance import ASSUMPTIONS
+from ..certificate import BiasResult, Certificate, VarianceResult
+from ..numbers import fmt
 from ..verdict import Verdict
 from . import checks
-from .text import MEANING, fmt, gate_sentences
+from .blocks import AlgebraView, BitwiseView, algebra_view, bitwise_view
+from .blocks import ulp_histogram_text, zero_crossing_bins  # noqa: F401  (their home before report.blocks)
+from .text import MEANING, error_comparison_text, gate_sentences
 
 STYLE = {Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.FAIL: "bold red", Verdict.SKIPPED: "bold magenta"}
 
@@ -66,17 +62,6 @@ def _bias(b: BiasResult, limit: int) -> Group:
     return Group(*rows)
 
 
-def error_comparison_text(v: VarianceResult) -> str:
-    """prod's and ref's errors against the oracle in harm ULPs, and how often prod is closer."""
-    p, r = v.error_summary("prod"), v.error_summary("ref")
-    closer, tied = v.prod_closer_share, v.prod_tied_share
-    share = "" if closer is None else (f"; prod closer to the oracle in {100 * closer:.3g}% of replicates"
-                                       + (f" (tied in {100 * tied:.3g}%)" if tied else ""))
-    unit = f"{v.harm_format} ULP" if v.harm_format else "harm units"
-    return (f"error vs float64 ({unit}, median / q99 / max): prod {fmt(p[0.5])} / {fmt(p[0.99])} / {fmt(p[1.0])}, "
-            f"ref {fmt(r[0.5])} / {fmt(r[0.99])} / {fmt(r[1.0])}{share}")
-
-
 def _variance(v: VarianceResult) -> Group:
     harm = f", harm unit 1 {v.harm_format} ULP" if v.harm_format and v.harm_format != v.dtype else ""
     lines = [
@@ -101,7 +86,7 @@ def _variance(v: VarianceResult) -> Group:
             lines.append(Text("threshold stability: A_T = " + ", ".join(
                 f"{fmt(r)} at q{q:g}" for q, r in v.threshold_stability)))
         lines.append(Text(f"stopping: {v.stopping_rule}", style="dim"))
-        lines.append(Text("assumed: " + "; ".join(ASSUMPTIONS), style="dim"))
+        lines.append(Text("assumed: " + "; ".join(v.assumptions), style="dim"))
     t = v.tail
     q = v.quantiles()
     report = (f"report's K = (E_prod - eps) / E_ref (for comparison): {v.n_zero} zero, {v.n_positive} positive, "
@@ -113,94 +98,55 @@ def _variance(v: VarianceResult) -> Group:
     return Group(*lines)
 
 
-# Mantissa bits per output format: beyond 2**(bits + 6) ULPs, two values of one sign differ by more
-# than a factor 2**64, which no pair of outputs of one function does; such distances are pairs
-# across or at zero (a sign flip, or one side 0 or subnormal), not large errors.
-_MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23, "float64": 52}
-_FAR_OFFSET = 6
-_FIRST_DISTANCE_BIN = 3  # bin k >= 3 holds distances (2**(k-2), 2**(k-1)]
-
-
-def zero_crossing_bins(dtype: str, bins: int) -> range:
-    """The histogram bins (finite distances) that hold pairs across or at zero for ``dtype``."""
-    bits = _MANTISSA_BITS.get(dtype)
-    if bits is None:
-        return range(0)
-    first = max(_FIRST_DISTANCE_BIN, bits + _FAR_OFFSET + 2)
-    return range(first, bins - 1)  # the last bin is the non-finite one
-
-
-def ulp_histogram_text(b: BitwiseResult) -> str:
-    """The non-empty ULP-distance bins as shares of the elements: ``0: 76.7% · 1: 23.3%``; the
-    distances only a pair across or at zero can have (bf16: above 8192 ULPs) are summed apart, so a
-    sign flip around zero does not read as a huge error."""
-    total = b.elements
-    far = zero_crossing_bins(b.dtype, len(b.ulp_histogram))
-    text = " · ".join(f"{label}: {100 * c / total:.3g}%" for k, (label, c) in
-                      enumerate(zip(b.bin_labels, b.ulp_histogram)) if c and k not in far)
-    crossing = int(sum(b.ulp_histogram[k] for k in far))
-    if crossing:
-        limit = 2 ** (_MANTISSA_BITS[b.dtype] + _FAR_OFFSET)
-        text += (f"; across or at zero: {100 * crossing / total:.3g}% ({crossing:,} elements beyond {limit} ULPs: "
-                 f"a sign flip, or one side 0 or subnormal; two {b.dtype} values of one sign that far apart "
-                 f"differ by more than 2^64x)")
-    return text
-
-
-def _bitwise(b: BitwiseResult) -> Group:
+def _bitwise(v: BitwiseView) -> Group:
     """L0: a short informational block (no verdict)."""
-    lines = [Text(f"L0 bitwise · {b.output} ({b.dtype}) · R = {b.replicates} · informational, no verdict",
+    lines = [Text(f"L0 bitwise · {v.output} ({v.dtype}) · R = {v.replicates} · informational, no verdict",
                   style="bold")]
-    if b.elements:
-        lines.append(Text(f"bitwise equal: {b.bitwise_equal:,} of {b.elements:,} elements ({100 * b.fraction_equal:.3g}%); "
-                          f"ULP distance: {ulp_histogram_text(b)}"))
-    g = b.growth
-    if g is not None and b.fraction_equal != 1.0:
+    if v.compared:
+        lines.append(Text(f"bitwise equal: {v.equal} of {v.elements} elements ({v.equal_share}); "
+                          f"ULP distance: {v.distances}"))
+    g = v.growth
+    if g is not None and not v.all_equal:
         if g.significant:
             lines.append(Text(
-                f"growth: {g.significant} buckets significant at R = {g.replicates} (|z| > {g.threshold:g}); median "
-                f"z(R) / z({g.early_replicates}) = {fmt(g.median_growth)} (coherent bias ~ {g.expected:.3g}, "
-                f"grows above {g.cut:.3g})"))
+                f"growth: {g.significant} buckets significant at R = {g.replicates} (|z| > {g.threshold}); median "
+                f"z(R) / z({g.early_replicates}) = {g.median_growth} (coherent bias ~ {g.expected}, "
+                f"grows above {g.cut})"))
         else:
-            lines.append(Text(f"growth: no bucket significant at R = {g.replicates} (|z| > {g.threshold:g})"))
-    lines.append(Text(f"-> {b.classification}", style="bold"))
-    if b.reason:
-        lines.append(Text(b.reason, style="dim"))
+            lines.append(Text(f"growth: no bucket significant at R = {g.replicates} (|z| > {g.threshold})"))
+    lines.append(Text(f"-> {v.classification}", style="bold"))
+    if v.reason:
+        lines.append(Text(v.reason, style="dim"))
     return Group(*lines)
 
 
-def _algebra_level(a: AlgebraResult) -> Text:
-    """Which level Gate 1 reached: the symbolic proof (and at which shape) or the identity test."""
+def _algebra(a: AlgebraView) -> list:
+    """Gate 1's evidence: the proof level reached (and at which shape, with its witness), the precision
+    ladder's rungs and decisions (docs/method.md, "The precision ladder"), an accepted untested algebra."""
+    blocks = []
     p = a.proof
-    if p.outcome == "not reached":
-        detail = f"symbolic proof not reached ({p.reason}, {p.seconds:.2f} s)"
-    else:
-        detail = f"{p.outcome} at shape {p.shape_text} ({p.seconds:.2f} s)"
-        if p.witness is not None:
-            w = p.witness
-            detail += (f"; witness {w['output']} at {w['index']}: ref {w['ref']:.6g}, prod {w['prod']:.6g} "
-                       f"(relative {w['relative_difference']:.3g}, algebra draw {w['point']})")
-    return Text(f"algebra · level {a.level} · {detail}", style="bold" if a.level == "proof" else "dim")
-
-
-def _algebra_ladder(a: AlgebraResult) -> Group:
-    """The precision ladder: each precision tried, prod's and ref's error against the oracle, and the
-    decision per output (docs/method.md, "The precision ladder")."""
+    if p is not None:
+        if p.reached:
+            detail = f"{p.outcome} at shape {p.shape} ({p.seconds} s)" + (f"; {p.witness}" if p.witness else "")
+        else:
+            detail = f"symbolic proof not reached ({p.reason}, {p.seconds} s)"
+        blocks.append(Text(f"algebra · level {a.level} · {detail}", style="bold" if a.level == "proof" else "dim"))
     lad = a.ladder
-    lines = [Text(f"algebra · level {a.level_text} · oracle {lad.oracle}, inputs on the {lad.grid} grid, "
-                  f"{lad.points + lad.wide_points} points", style="bold" if a.level == "precision ladder" else "dim")]
-    for r in lad.rungs:
-        if not r.accepted:
-            lines.append(Text(f"  {r.dtype}: not used: {r.reason}", style="dim"))
-            continue
-        errs = ", ".join(f"{o} prod {pe:.2g} / ref {'-' if re is None else f'{re:.2g}'}"
-                         for o, pe, re in zip((x.output for x in lad.outputs), r.prod_error, r.ref_error))
-        lines.append(Text(f"  {r.dtype}: {errs}", style="dim"))
-    for o in lad.outputs:
-        if o.judged:
-            lines.append(Text(f"  {o.output}: {o.outcome}, judged at {o.judged}, K = {o.amplification:.3g} "
-                              f"(<= {lad.rounding_multiple:g} is rounding), resolution {o.resolution:.2g} relative"))
-    return Group(*lines)
+    if lad is not None:
+        lines = [Text(f"algebra · level {a.level_text} · oracle {lad.oracle}, inputs on the {lad.grid} grid, "
+                      f"{lad.points} points", style="bold" if a.level == "precision ladder" else "dim")]
+        for r in lad.rungs:
+            if not r.used:
+                lines.append(Text(f"  {r.dtype}: not used: {r.reason}", style="dim"))
+                continue
+            errs = ", ".join(f"{o} prod {pe} / ref {re}" for o, (pe, re) in zip(lad.outputs, r.errors))
+            lines.append(Text(f"  {r.dtype}: {errs}", style="dim"))
+        lines += [Text(f"  {d}") for d in lad.decisions]
+        blocks.append(Group(*lines))
+    if a.untested_limit is not None:
+        blocks.append(Text(f"algebra untested, accepted by the case or --accept-untested-algebra: "
+                           f"{a.untested_limit}", style="bold yellow"))
+    return blocks
 
 
 def render(cert: Certificate, console: Console, findings: int = 10) -> None:
@@ -208,20 +154,13 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
         ("kcert · ", "bold"), (cert.case, "bold cyan"), ("  " + cert.description if cert.description else "", "dim")
     )
     verdict = Text.assemble(("verdict ", "bold"), _verdict(cert.verdict), (f"  {MEANING[cert.verdict]}", ""))
-    body = [verdict, _gates(cert)]
-    if cert.algebra.proof is not None:
-        body.append(_algebra_level(cert.algebra))
-    if cert.algebra.ladder is not None:
-        body.append(_algebra_ladder(cert.algebra))
-    if cert.algebra.untested_accepted:
-        body.append(Text(f"algebra untested, accepted by the case or --accept-untested-algebra: "
-                         f"{cert.algebra.untested_limit}", style="bold yellow"))
+    body = [verdict, _gates(cert), *_algebra(algebra_view(cert.algebra))]
     for b in cert.bias:
         body.append(_bias(b, findings))
     for v in cert.variance:
         body.append(_variance(v))
     for bw in cert.bitwise:
-        body.append(_bitwise(bw))
+        body.append(_bitwise(bitwise_view(bw)))
     body.extend(checks.terminal_blocks(cert))  # shape sweep, adequacy, peer rules (docs/kernelbench.md)
     diags = [d for r in (*cert.bias, *cert.variance) for d in r.diagnostics] + list(cert.algebra.diagnostics)
     diags += checks.diagnostics(cert)

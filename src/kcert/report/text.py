@@ -4,6 +4,7 @@ how many buckets or replicates failed, the worst one and where, and what was all
 from __future__ import annotations
 
 from ..certificate import BiasResult, Certificate, VarianceResult
+from ..numbers import fmt
 from ..verdict import Verdict
 
 MEANING = {
@@ -12,12 +13,6 @@ MEANING = {
     Verdict.FAIL: "blocks the migration",
     Verdict.SKIPPED: "gate could not run",
 }
-
-
-def fmt(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.{digits}g}"
 
 
 def bias_sentence(b: BiasResult) -> str:
@@ -52,11 +47,22 @@ def variance_sentence(v: VarianceResult) -> str:
     return f"{head}; {v.reason}"
 
 
+def error_comparison_text(v: VarianceResult) -> str:
+    """prod's and ref's errors against the oracle in harm ULPs, and how often prod is closer."""
+    p, r = v.error_summary("prod"), v.error_summary("ref")
+    closer, tied = v.prod_closer_share, v.prod_tied_share
+    share = "" if closer is None else (f"; prod closer to the oracle in {100 * closer:.3g}% of replicates"
+                                       + (f" (tied in {100 * tied:.3g}%)" if tied else ""))
+    unit = f"{v.harm_format} ULP" if v.harm_format else "harm units"
+    return (f"error vs float64 ({unit}, median / q99 / max): prod {fmt(p[0.5])} / {fmt(p[0.99])} / {fmt(p[1.0])}, "
+            f"ref {fmt(r[0.5])} / {fmt(r[0.99])} / {fmt(r[1.0])}{share}")
+
+
 def gate_sentences(cert: Certificate, gate: str) -> list[str]:
     if gate == "algebra":
         return [cert.algebra.reason]
     if gate == "bias":
-        return [cert.bias_skipped_reason] if cert.bias_skipped_reason else [bias_sentence(b) for b in cert.bias]
+        return [bias_sentence(b) for b in cert.bias]
     if cert.variance_skipped_reason:
         return [cert.variance_skipped_reason]
     return [variance_sentence(v) for v in cert.variance]

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .thresholds import REPORT_RULES, BiasThresholds  # noqa: F401  (their home before kcert.stats.thresholds)
+
 PASS, WARN, FAIL = 0, 1, 2
 
 # Reasons attached to each bucket verdict (integer codes keep results array-shaped).
@@ -46,36 +48,17 @@ REASON_TEXT = {
     UNTESTED: "fewer than 2 replicates populated this bucket",
     PROD_UNDER_FLOOR: "above the floor against ref, but prod's own bias against the oracle is under the ULP floor",
 }
-
-
-@dataclass(frozen=True)
-class BiasThresholds:
-    """Decision thresholds of the bias gate.
-
-    ``ulp_floor`` (c) is in true ULPs at the bucket's mean reference magnitude; 0.25 separates the
-    Gemma (1+w)-in-bf16 defect from single-vs-double rounding and fused epilogues (docs/method.md).
-    ``min_standardized_effect`` (s_min) defaults to the harm boundary T**-0.5 of the horizon.
-    """
-
-    z_star: float = 5.0
-    ulp_floor: float = 0.25
-    min_standardized_effect: float | None = None
-    power: float = 0.8
-    sign_aligned: bool = True  # also test mean((prod - ref) * sign(ref)) per bucket
-    attribution: bool = True  # split a bias into prod's and ref's through the oracle
-    # prod's own bias under this fraction of c is never prod's defect: a quarter of the floor, chosen on
-    # the tuning half of the controls (correct compiled and fused kernels reach 0.045 ULP, the bias
-    # gate's negatives 0.32 ULP and more; docs/method.md, "Defaults and why")
-    negligible_fraction: float = 0.25
-
-    def s_min(self, horizon: float) -> float:
-        if self.min_standardized_effect is not None:
-            return self.min_standardized_effect
-        return float(horizon) ** -0.5
-
-
-# The technical report's rules: raw mean only, c = 1 ULP, no attribution (for comparison tables).
-REPORT_RULES = BiasThresholds(ulp_floor=1.0, sign_aligned=False, attribution=False)
+# Their names in the JSON report (docs/json-schema.md, "bias"): the constants' names in lower case.
+REASON_CODE = {
+    NOT_SIGNIFICANT: "not_significant",
+    UNDER_EFFECT_FLOOR: "under_effect_floor",
+    UNDER_ULP_FLOOR: "under_ulp_floor",
+    ATTRIBUTED_TO_REF: "attributed_to_ref",
+    DETECTED: "detected",
+    IDENTICAL: "identical",
+    UNTESTED: "untested",
+    PROD_UNDER_FLOOR: "prod_under_floor",
+}
 
 
 @dataclass(frozen=True)

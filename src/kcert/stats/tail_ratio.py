@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from .tail import fit_gpd
+from .gpd import fit_gpd
 
 __all__ = ["Exceedances", "HeterogeneityTest", "TailRatioInterval", "deviance_for", "exceedances_of",
            "tail_ratio_estimate", "tail_ratio_interval"]
@@ -251,7 +251,7 @@ class _Side:
 
     def best(self, bounds: tuple[float, float]) -> tuple[float, float, float]:
         """The side's own MLE with xi in ``bounds``: (xi, sigma, total log-likelihood), by Grimshaw's
-        method (:func:`kcert.stats.tail.fit_gpd`)."""
+        method (:func:`kcert.stats.gpd.fit_gpd`)."""
         fit = fit_gpd(self.y, bounds)
         return fit.shape, fit.scale, fit.log_likelihood + self.b_hat
 

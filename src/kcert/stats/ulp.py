@@ -23,11 +23,6 @@ class FloatFormat:
     max_finite: float
 
     @property
-    def unit_roundoff(self) -> float:
-        """u = 2**-p: the largest relative error of round-to-nearest."""
-        return 2.0 ** (-self.significand_bits)
-
-    @property
     def smallest_subnormal(self) -> float:
         return 2.0 ** (self.min_exponent - self.significand_bits + 1)
 

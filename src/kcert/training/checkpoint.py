@@ -17,14 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..errors import KcertError
+from ..errors import TrainingCheckpointError
+from ..numbers import json_number
 from .results import ArmRun, SeedRun
 
 FORMAT = "kcert.training-checkpoint/1"
-
-
-class TrainingCheckpointError(KcertError, ValueError):
-    """A training checkpoint cannot be read, or belongs to another comparison."""
 
 
 def fingerprint(case, slot, config, case_seed: int) -> dict:
@@ -35,7 +32,7 @@ def fingerprint(case, slot, config, case_seed: int) -> dict:
 
 
 def _floats(values) -> list:
-    return [None if not math.isfinite(v) else v for v in map(float, values)]
+    return [json_number(v, nonfinite_null=True) for v in values]
 
 
 def _array(values) -> np.ndarray:
@@ -68,7 +65,7 @@ def check_writable(path) -> None:
 def save(path, fp: dict, runs: dict[int, SeedRun]) -> None:
     doc = {"format": FORMAT, "fingerprint": fp,
            "seeds": {str(s): {"ref": _arm(r.ref), "prod": _arm(r.prod),
-                              "distance": None if not math.isfinite(r.distance) else r.distance}
+                              "distance": json_number(r.distance, nonfinite_null=True)}
                      for s, r in sorted(runs.items())}}
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.resolve().parent)

@@ -86,7 +86,7 @@ def _channel_bias(slot: Slot, cert, case_seed: int) -> pred.ChannelBias | str:
         return (f"no per-parameter prediction for a {slot.kind} case: its bias buckets are not parameters of "
                 f"the model (derived for norm gains only)")
     if not cert.bias:
-        return f"the certificate has no bias result ({cert.bias_skipped_reason or 'bias gate skipped'})"
+        return "the certificate has no bias result (bias gate skipped)"
     b = cert.bias[0]
     test = next((t for t in b.tests if t.statistic == "sign_aligned"), None)
     if test is None:

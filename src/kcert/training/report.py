@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from ..numbers import fmt as number_text
+from ..numbers import json_number
 from .results import TrainingComparison, TrainingVerdict
 from .stats import PairedStatistic
 
@@ -21,11 +23,8 @@ _HEX = {TrainingVerdict.DIFFERS: "#cf222e", TrainingVerdict.INDISTINGUISHABLE: "
 
 
 def fmt(x: float, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}g}"
+    """A number of the comparison's text; missing (None or NaN) is "-"."""
+    return number_text(x, digits, nan="-")
 
 
 def _metric_rows(result: TrainingComparison) -> list[tuple[str, ...]]:
@@ -103,10 +102,8 @@ def render(result: TrainingComparison, console) -> None:
 
 
 def _num(x):
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
+    """A JSON number of the comparison; non-finite is null."""
+    return json_number(x, nonfinite_null=True)
 
 
 def _stat(s: PairedStatistic | None) -> dict | None:

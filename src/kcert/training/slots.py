@@ -51,14 +51,10 @@ from ..catalog import activations as catalog_activations
 from ..catalog import linear as catalog_linear
 from ..catalog import norms as catalog_norms
 from ..catalog import rope as catalog_rope
-from ..errors import CaseError
+from ..errors import SlotError
 
 SLOTS = ("norm", "activation", "gated_activation", "rope", "linear", "router", "router_logits")
 ARMS = ("ref", "prod")
-
-
-class SlotError(CaseError):
-    """A case cannot be mapped onto the training model."""
 
 
 @dataclass(frozen=True, eq=False)

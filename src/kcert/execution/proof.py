@@ -1,5 +1,7 @@
-"""Gate 1's proof level (docs/method.md, "Gate 1"): evaluate ref and prod on tensors of real symbols of a
-small shape S and simplify ``ref - prod`` to zero; the verdict then says "proved at shape S".
+"""The symbolic proof, Gate 1's proof level (docs/method.md, "Gate 1"): evaluate ref and prod on tensors
+of real symbols of a small shape S and simplify ``ref - prod`` to zero. Its outcome ("proved at shape S",
+"disproved" with a witness, or "not reached" and why) is evidence: gates/algebra.py judges it together
+with the identity test.
 
 Steps, each with its own way of not reaching a proof (``AlgebraProofResult.reason``):
 
@@ -42,10 +44,10 @@ import torch
 
 from ..case import Case
 from ..certificate import AlgebraProofResult
-from ..execution import probes
-from ..execution.realmode import run_real
-from ..execution.runner import as_outputs
-from ..execution.symbolic import (
+from . import probes
+from .realmode import run_real
+from .runner import as_outputs
+from .symbolic import (
     Deadline,
     SymbolicTimeout,
     SymbolicUnsupported,

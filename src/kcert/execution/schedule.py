@@ -1,0 +1,163 @@
+"""The run loop: compute replicates look by look, save checkpoints, resume, share blocks among ranks.
+
+The looks are planned before any data is seen (:func:`look_schedule`: R, 2R, 4R, ... up to the cap),
+so alpha can be spent evenly over them. After each look the caller decides whether to stop
+(:func:`run_looks` takes that decision as a function: judging is the gates' job, not this module's).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import CheckpointError, KcertError, KernelError
+from . import checkpoint, codec
+from .runner import Runner
+
+
+def look_schedule(replicates: int, max_replicates: int) -> list[int]:
+    """The planned looks of the variance gate: R, 2R, 4R, ... up to max_replicates. They are fixed
+    before any data is seen, so alpha can be spent evenly over them."""
+    looks = [replicates]
+    while looks[-1] < max_replicates:
+        looks.append(min(2 * looks[-1], max_replicates))
+    return looks
+
+
+@dataclass
+class Saver:
+    """Saves the run's state (on rank 0) every ``every`` replicates or ``seconds`` seconds;
+    ``path`` None saves nothing."""
+
+    path: str | None
+    fingerprint: dict | None
+    runner: Runner
+    comm: object
+    every: int = 1024
+    seconds: float = 300.0
+    looks: list[int] = field(default_factory=list)
+    target: int = 0
+
+    def __post_init__(self) -> None:
+        self._last_done = self.runner.done
+        self._last_time = time.monotonic()
+
+    def save(self) -> None:
+        if self.path is None or self.comm.rank != 0:
+            return
+        checkpoint.save(self.path, self.runner, self.fingerprint, self.looks, self.target)
+        self._last_done, self._last_time = self.runner.done, time.monotonic()
+
+    def maybe(self) -> None:
+        if self.path is None or self.comm.rank != 0:
+            return
+        if self.runner.done - self._last_done >= self.every or time.monotonic() - self._last_time >= self.seconds:
+            self.save()
+
+
+def resume(path: str, fingerprint: dict, runner: Runner, comm) -> tuple[list[int], int]:
+    """Load the checkpoint (rank 0 reads it and sends it to the other ranks) into ``runner``;
+    returns (looks done, target of the look in progress)."""
+    payload = None
+    if comm.rank == 0:
+        try:
+            payload = checkpoint.load(path, fingerprint)
+        except CheckpointError as exc:
+            payload = str(exc)
+    meta, arrays = checkpoint.from_wire(comm.broadcast(payload))
+    return checkpoint.restore(runner, meta, arrays)
+
+
+def run_looks(runner: Runner, schedule: list[int], comm, saver: Saver,
+              stop_after: Callable[[tuple[int, ...]], bool], progress: Callable[[int, int], None] | None = None,
+              looks: list[int] | None = None, target: int | None = None) -> list[int]:
+    """Run look after look of ``schedule`` until ``stop_after(looks done)`` says stop (rank 0's answer
+    is sent to every rank) or the schedule ends. ``looks``/``target`` continue a resumed run;
+    ``progress(done, planned)`` is called as replicates complete. On a kcert error or an interrupt
+    the state computed so far is saved before the error goes on. Returns the looks done."""
+    looks = list(looks or [])
+    target = schedule[0] if target is None else target
+    done, planned = runner.done, target
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, planned)
+
+    try:
+        while True:
+            saver.looks, saver.target = looks, target
+            if not (looks and looks[-1] == target):  # a resumed, finished run has nothing left to compute
+                advance(runner, target, comm, tick, saver)
+                looks.append(target)
+            if comm.broadcast(stop_after(tuple(looks))) or target >= schedule[-1]:  # rank 0 decides for all
+                break
+            target = next(n for n in schedule if n > target)  # the next planned look
+            planned = target
+    except (KcertError, KeyboardInterrupt) as exc:
+        try:
+            saver.save()  # keep what was computed
+        except OSError as save_error:
+            exc.add_note(f"the checkpoint could not be saved: {save_error}")
+        raise
+    saver.save()
+    return looks
+
+
+def advance(runner: Runner, stop: int, comm, tick: Callable[[int], None], saver: Saver) -> None:
+    """Compute every replicate below ``stop``, block by block; under torch.distributed the blocks
+    of each round go to the ranks in turn and the round's blocks are gathered by every rank."""
+    if comm.world == 1:
+        for b in runner.blocks_to_run(stop):
+            runner.run_block(b, stop, tick)
+            saver.maybe()
+        return
+    own_ticks = tick if comm.rank == 0 else None
+    try:
+        runner.settle_oracle()  # replicate 0 decides oracle availability, on every rank alike
+        settle_error = None
+    except KcertError as exc:
+        settle_error = exc
+    todo = runner.blocks_to_run(stop)
+    for i in range(0, len(todo), comm.world):
+        round_blocks = todo[i:i + comm.world]
+        mine = round_blocks[comm.rank] if comm.rank < len(round_blocks) else None
+        before = {b: runner.filled(b) for b in round_blocks}
+        error, block = settle_error, None
+        if mine is not None and error is None:
+            try:
+                block = runner.run_block(mine, stop, own_ticks)
+            except Exception as exc:  # noqa: BLE001 - every rank must reach the gather
+                error = exc
+                block = runner.safe_pending().get(mine)  # what was computed before the error
+        payload = {
+            "error": None if error is None else (mine, type(error).__name__, str(error), isinstance(error, KcertError)),
+            "layouts": None if runner.layouts is None else [codec.encode_layout(l) for l in runner.layouts],
+            "block": codec.encode_block(block) if block is not None else None,
+        }
+        gathered = comm.all_gather(payload)
+        _take_in(runner, gathered, comm.rank)
+        if comm.rank == 0:
+            others = sum(runner.filled(b) - before[b] for b in round_blocks if b != mine)
+            if others:
+                tick(others)
+        errors = sorted((p["error"] for p in gathered if p["error"] is not None), key=lambda e: (e[0] is not None, e[0] or 0))
+        if errors:
+            if error is not None and payload["error"] == errors[0]:
+                raise error
+            _block, kind, message, ours = errors[0]
+            raise KernelError(message if ours else f"{kind}: {message}")
+        saver.maybe()
+
+
+def _take_in(runner: Runner, gathered: list[dict], rank: int) -> None:
+    """Merge the other ranks' blocks of a round (and their output layouts, if this rank has none)."""
+    layouts = runner.layouts
+    if layouts is None:
+        described = next((p["layouts"] for p in gathered if p["layouts"] is not None), None)
+        layouts = None if described is None else codec.decode_layouts(runner.case, described)
+    blocks = [codec.decode_block(p["block"], layouts) for r, p in enumerate(gathered)
+              if r != rank and p["block"] is not None]
+    runner.merge(layouts, blocks)

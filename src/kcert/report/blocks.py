@@ -1,0 +1,176 @@
+"""The algebra block and the L0 (bitwise) block of a certificate, built once as plain rows of text and
+rendered twice: by the terminal (:mod:`kcert.report.terminal`) and by the HTML page
+(:mod:`kcert.report.html`). Every number is formatted here; the renderers only lay the rows out.
+
+Pure: no rich, no matplotlib.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..certificate import AlgebraResult, BitwiseResult
+from ..numbers import fmt
+
+# --- the algebra gate's evidence ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProofView:
+    """The symbolic proof level of Gate 1."""
+
+    outcome: str  # "proved", "disproved" or "not reached"
+    reason: str  # why it was not reached
+    seconds: str  # "0.12"
+    shape: str  # the small shape it was evaluated at: "x (2, 4, 8), w (8,)"
+    note: str  # what was shown, or why the proof was not reached
+    witness: str  # "witness output at [1, 2, 4]: ref ..., prod ... (relative ..., algebra draw 3)"; "" if none
+
+    @property
+    def reached(self) -> bool:
+        return self.outcome != "not reached"
+
+
+@dataclass(frozen=True)
+class RungView:
+    """One precision of the precision ladder."""
+
+    dtype: str
+    used: bool
+    reason: str  # why prod's rung was refused or dropped
+    errors: tuple[tuple[str, str], ...]  # per output: prod's and ref's relative error ("-": ref did not run)
+
+
+@dataclass(frozen=True)
+class LadderView:
+    """The precision ladder: every precision tried and the decision per output."""
+
+    oracle: str
+    grid: str
+    points: int
+    outputs: tuple[str, ...]
+    rungs: tuple[RungView, ...]
+    decisions: tuple[str, ...]  # one sentence per judged output
+
+
+@dataclass(frozen=True)
+class AlgebraView:
+    level: str  # "proof", "identity test", "precision ladder" or "skipped"
+    level_text: str  # the evidence in words (AlgebraResult.level_text)
+    proof: ProofView | None  # None: the proof was not attempted
+    ladder: LadderView | None  # None: the ladder did not run
+    untested_limit: str | None  # what an accepted untested algebra leaves untested; None when not accepted
+
+
+def algebra_view(a: AlgebraResult) -> AlgebraView:
+    return AlgebraView(a.level, a.level_text, _proof(a), _ladder(a), a.untested_limit if a.untested_accepted else None)
+
+
+def _proof(a: AlgebraResult) -> ProofView | None:
+    p = a.proof
+    if p is None:
+        return None
+    witness = ""
+    if p.witness is not None:
+        w = p.witness
+        witness = (f"witness {w['output']} at {w['index']}: ref {w['ref']:.6g}, prod {w['prod']:.6g} "
+                   f"(relative {w['relative_difference']:.3g}, algebra draw {w['point']})")
+    return ProofView(p.outcome, p.reason, f"{p.seconds:.2f}", p.shape_text, p.note, witness)
+
+
+def _ladder(a: AlgebraResult) -> LadderView | None:
+    lad = a.ladder
+    if lad is None:
+        return None
+    rungs = tuple(RungView(r.dtype, r.accepted, r.reason,
+                           tuple((f"{pe:.2g}", "-" if re is None else f"{re:.2g}")
+                                 for pe, re in zip(r.prod_error, r.ref_error)))
+                  for r in lad.rungs)
+    decisions = tuple(f"{o.output}: {o.outcome}, judged at {o.judged}, K = {o.amplification:.3g} "
+                      f"(<= {lad.rounding_multiple:g} is rounding), resolution {o.resolution:.2g} relative"
+                      for o in lad.outputs if o.judged)
+    return LadderView(lad.oracle, lad.grid, lad.points + lad.wide_points, tuple(o.output for o in lad.outputs),
+                      rungs, decisions)
+
+
+# --- L0, the bitwise layer --------------------------------------------------------------------------
+
+# Mantissa bits per output format: beyond 2**(bits + 6) ULPs, two values of one sign differ by more
+# than a factor 2**64, which no pair of outputs of one function does; such distances are pairs
+# across or at zero (a sign flip, or one side 0 or subnormal), not large errors.
+_MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23, "float64": 52}
+_FAR_OFFSET = 6
+_FIRST_DISTANCE_BIN = 3  # bin k >= 3 holds distances (2**(k-2), 2**(k-1)]
+
+
+def zero_crossing_bins(dtype: str, bins: int) -> range:
+    """The histogram bins (finite distances) that hold pairs across or at zero for ``dtype``."""
+    bits = _MANTISSA_BITS.get(dtype)
+    if bits is None:
+        return range(0)
+    first = max(_FIRST_DISTANCE_BIN, bits + _FAR_OFFSET + 2)
+    return range(first, bins - 1)  # the last bin is the non-finite one
+
+
+def ulp_histogram_text(b: BitwiseResult) -> str:
+    """The non-empty ULP-distance bins as shares of the elements: ``0: 76.7% · 1: 23.3%``; the
+    distances only a pair across or at zero can have (bf16: above 8192 ULPs) are summed apart, so a
+    sign flip around zero does not read as a huge error."""
+    total = b.elements
+    far = zero_crossing_bins(b.dtype, len(b.ulp_histogram))
+    text = " · ".join(f"{label}: {100 * c / total:.3g}%" for k, (label, c) in
+                      enumerate(zip(b.bin_labels, b.ulp_histogram)) if c and k not in far)
+    crossing = int(sum(b.ulp_histogram[k] for k in far))
+    if crossing:
+        limit = 2 ** (_MANTISSA_BITS[b.dtype] + _FAR_OFFSET)
+        text += (f"; across or at zero: {100 * crossing / total:.3g}% ({crossing:,} elements beyond {limit} ULPs: "
+                 f"a sign flip, or one side 0 or subnormal; two {b.dtype} values of one sign that far apart "
+                 f"differ by more than 2^64x)")
+    return text
+
+
+@dataclass(frozen=True)
+class GrowthView:
+    """The growth test of the bias statistics' |z| from about R/4 to R."""
+
+    significant: int  # buckets with |z| above the threshold at R
+    threshold: str
+    replicates: int
+    early_replicates: int
+    median_growth: str  # median z(R) / z(early)
+    expected: str  # what a coherent bias gives
+    cut: str  # growth counts above this
+
+
+@dataclass(frozen=True)
+class BitwiseView:
+    output: str
+    dtype: str
+    replicates: int
+    classification: str
+    reason: str  # why a part of the layer was not computed
+    compared: bool  # any element was compared
+    elements: str  # "1,024"
+    equal: str  # bitwise-equal elements
+    equal_share: str  # "76.7%" ("" when nothing was compared)
+    all_equal: bool
+    distances: str  # ulp_histogram_text
+    farthest: str | None  # the farthest non-empty ULP-distance bin
+    growth: GrowthView | None
+
+
+def bitwise_view(b: BitwiseResult) -> BitwiseView:
+    compared = b.elements > 0
+    g = b.growth
+    growth = None if g is None else GrowthView(g.significant, f"{g.threshold:g}", g.replicates, g.early_replicates,
+                                                fmt(g.median_growth), f"{g.expected:.3g}", f"{g.cut:.3g}")
+    return BitwiseView(
+        b.output, b.dtype, b.replicates, b.classification, b.reason, compared,
+        elements=f"{b.elements:,}",
+        equal=f"{b.bitwise_equal:,}",
+        equal_share=f"{100 * b.fraction_equal:.3g}%" if compared else "",
+        all_equal=b.fraction_equal == 1.0,
+        distances=ulp_histogram_text(b) if compared else "",
+        farthest=b.max_distance,
+        growth=growth,
+    )
