@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from kcert.certificate import VarianceThresholds
-from kcert.gates.variance import fail_estimate, interval_is_decisive, judge_errors, judge_variance
+from kcert.gates.variance import fail_estimate, interval_is_decisive, judge_errors, judge_variance, tail_verdict
 from kcert.stats.amplification import amplification_ratios
 from kcert.stats.ulp import harm_format, ulp
 from kcert.verdict import Verdict
@@ -51,10 +51,67 @@ def test_the_harm_unit_is_one_ulp_of_the_coarser_format_at_each_replicates_peak(
 
 def test_prod_within_one_unit_passes_without_extrapolation_but_not_below_the_minimum():
     v = _units(np.full(512, 0.5), np.full(512, 0.25))
-    assert v.verdict is Verdict.PASS and v.interval is None and "no amplification" in v.reason
+    assert v.verdict is Verdict.PASS and v.interval is None and "nothing to extrapolate" in v.reason
+    rng = np.random.default_rng(7)
+    bounded = _units(rng.uniform(0.0, 0.5, 1024), rng.uniform(0.0, 0.5, 1024))  # a tail that ends under the slack
+    assert bounded.verdict is Verdict.PASS and "no amplification" in bounded.reason
     few = _units(np.full(2, 0.5), np.full(2, 0.25))
     assert few.verdict is Verdict.WARN and any(d.code == "too_few_replicates" for d in few.diagnostics)
     assert interval_is_decisive(few)  # looks serve the interval; R below the minimum is the user's choice
+
+
+def test_a_prod_far_heavier_than_ref_under_the_slack_is_compared_not_passed():
+    """The issue's float32 RMSNorm accumulating in bf16: prod within one harm unit everywhere (median 0.35,
+    max ~0.9) where ref's errors are 2e-5: prod's tail reaches past the slack at the horizon, so the tails
+    are compared (and the ratio is enormous) instead of passing without a fit."""
+    rng = np.random.default_rng(8)
+    a = 0.26 * np.abs(rng.standard_normal(1024))  # its true 6.25e5-call level is 1.25 harm units
+    b = 2e-5 * np.abs(rng.standard_normal(1024))
+    v = _units(a, b)
+    assert a.max() <= 1.0 and v.verdict is not Verdict.PASS
+    assert any(d.code == "prod_tail_beyond_slack" for d in v.diagnostics) and v.interval is not None
+
+
+def test_one_spike_above_the_line_never_passes():
+    """The issue's spike mixture: ref's half-normal law on both sides plus one spike of 30 ULP in prod. The
+    tail fit may bound A_T under 2, but the observed ratio (30 - 1) / max b is above the PASS line."""
+    rng = np.random.default_rng(9)
+    a, b = 1.24 * np.abs(rng.standard_normal((2, 1024)))
+    a[100] = 30.0
+    v = _units(a, b)
+    assert v.observed.ratio > 2 and v.verdict is not Verdict.PASS
+    # whatever the fit says: a bound under the line with the observed ratio above it is held back
+    iv = dataclasses.replace(v.interval, upper=1.5, separate_upper=1.5, estimate=1.0, common_estimate=1.0,
+                             separate_estimate=1.0)
+    verdict, held = tail_verdict(1.0, iv, v.observed, v.thresholds)
+    assert verdict is Verdict.WARN and [d.code for d in held] == ["observed_above_line"]
+    calm = dataclasses.replace(v.observed, ratio=1.5, p_value=0.5)
+    assert tail_verdict(1.0, iv, calm, v.thresholds) == (Verdict.PASS, ())
+    assert tail_verdict(1.0, dataclasses.replace(iv, separate_upper=2.5), calm, v.thresholds)[1][0].code == \
+        "shape_difference_not_excluded"
+    assert tail_verdict(1.0, dataclasses.replace(iv, separate_upper=2.5), calm, v.thresholds, identical=True)[0] \
+        is Verdict.PASS  # one sample, one shape
+
+
+def test_lattice_errors_are_spread_reproducibly_from_the_seed():
+    rng = np.random.default_rng(10)
+    a, b = 0.5 * np.round(4 * np.abs(rng.standard_normal((2, 1024))) / 0.5)
+    one = judge_errors(a, b, T, VarianceThresholds(bootstrap=2), seed=3)
+    again = judge_errors(a, b, T, VarianceThresholds(bootstrap=2), seed=3)
+    other = judge_errors(a, b, T, VarianceThresholds(bootstrap=2), seed=4)
+    assert one.lattice_spacing == (0.5, 0.5) and any(d.code == "lattice_errors" for d in one.diagnostics)
+    assert one.upper_bound == again.upper_bound and one.upper_bound != other.upper_bound
+    # the judged errors stay the ones measured; only the fit sees the spread
+    np.testing.assert_array_equal(one.error_prod_units, a)
+
+
+def test_every_result_states_the_rare_event_rate_it_cannot_see():
+    for v in (_units(np.full(512, 0.5), np.full(512, 0.25)), _units([0.1, np.inf] + [0.1] * 200, [0.01, 3.0] + [0.1] * 200),
+              _units(40 * np.abs(np.random.default_rng(11).standard_normal((2, 1024))).reshape(2, -1)[0],
+                     40 * np.abs(np.random.default_rng(12).standard_normal(1024)))):
+        r = v.rare_events
+        assert r.replicates == v.error_prod_units.size or r.replicates == v.replicates
+        assert r.rate == pytest.approx(-np.expm1(np.log(0.05) / r.replicates)) and r.horizon == T
 
 
 def test_prod_nonfinite_where_ref_is_finite_fails_and_names_replicates():

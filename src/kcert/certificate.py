@@ -12,6 +12,8 @@ from .diagnostics import Diagnostic
 from .stats import identity
 from .stats.bias import FAIL, REASON_TEXT, WARN, BucketTestResult
 from .stats.bitwise import BIN_LABELS, GrowthTest
+from .stats.observed import ObservedTail
+from .stats.rare import RareEventLimit
 from .stats.tail import TailFitResult
 from .stats.tail_ratio import TailRatioInterval
 from .stats.thresholds import BiasThresholds, VarianceThresholds
@@ -376,6 +378,14 @@ class VarianceResult:
         A_T re-estimated at other thresholds, and on the even and odd replicates (for a FAIL).
     fail_estimate : float or None
         The estimate of A_T the FAIL line judged.
+    observed : ObservedTail or None
+        The observed ratio of the largest errors and the exact test of prod's largest errors above the
+        PASS line (before any extrapolation; a PASS needs both under the line).
+    rare_events : RareEventLimit or None
+        The smallest per-call rate of a rare defect the replicates could have shown (rule of three) and
+        what it means at the horizon.
+    lattice_spacing : tuple of float
+        The lattice cells prod's and ref's tied errors were spread over before the fit (0: not tied).
     assumptions : tuple of str
         What the interval assumes, in words.
     diagnostics : tuple of Diagnostic
@@ -414,6 +424,9 @@ class VarianceResult:
     error_ref_units: np.ndarray | None = None
     fail_estimate: float | None = None  # the estimate of A_T the FAIL line judged (None: no interval)
     assumptions: tuple[str, ...] = ()  # what the interval assumes, in words (the gate's)
+    observed: ObservedTail | None = None  # the observed range against the PASS line, before any extrapolation
+    rare_events: RareEventLimit | None = None  # the smallest per-call rate of a rare defect R could have shown
+    lattice_spacing: tuple[float, float] = (0.0, 0.0)  # cells prod's / ref's tied errors were spread over (0: none)
 
     @property
     def replicates(self) -> int:

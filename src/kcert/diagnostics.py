@@ -74,6 +74,31 @@ CATALOGUE = {
         "many exceedances of a side are tied (quantised errors); ties pull the GPD fit towards xi = -1, a short tail",
         "read U as resting on a coarse tail; more replicates or a finer output dtype spread the ties",
     ),
+    "lattice_errors": (
+        "a side's positive errors are mostly tied (on a lattice, as when outputs round the same way): each was "
+        "spread within its lattice cell before the tail fit, prod's upwards and ref's downwards, so the bound "
+        "still bounds the tail ratio of the errors as measured (docs/method.md, Gate 3)",
+        "nothing to do; the spread is drawn from the run's seed, so the same seed gives the same certificate",
+    ),
+    "prod_tail_beyond_slack": (
+        "every prod error is within the one-unit slack, but prod's tail extrapolated to the horizon is not "
+        "bounded within it: the tails are compared instead of passing without a fit",
+        "read the comparison below; a prod far heavier than ref under the slack (ref's errors much smaller) "
+        "can reach beyond it over the horizon",
+    ),
+    "shape_difference_not_excluded": (
+        "U is under the PASS line under one shared shape, but the bound with one shape per side is not: prod's "
+        "tail may be heavier in shape by less than the shape test can see at this R, so the PASS is held back",
+        "more replicates narrow the separate-shapes bound (the run takes its next look when it has one); "
+        "read the QQ and return-level plots",
+    ),
+    "observed_above_line": (
+        "the observed errors already put prod above the PASS line: the ratio of the largest errors "
+        "(max a - slack) / max b is above it, or an exact test finds prod's largest errors above it more often "
+        "than chance; the extrapolated bound may not PASS against the data",
+        "reproduce the replicates with prod's largest errors (their seeds) and look for a rare path in prod "
+        "(a clamp, a slow path, a race) that ref does not take",
+    ),
     "horizon_too_short": (
         "T * zeta <= 1: the horizon is shorter than the tail's return period, r_T is set to u",
         "nothing to do unless the horizon is wrong",

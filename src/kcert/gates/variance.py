@@ -1,12 +1,18 @@
-"""Gate 3: does prod's error tail against the float64 oracle outgrow ref's? (docs/method.md, "Gate 3",
-docs/method.md "Gate 3")
+"""Gate 3: does prod's error tail against the float64 oracle outgrow ref's? (docs/method.md, "Gate 3")
 
 Per replicate, each side's error ``E = max |out - oracle|`` in harm units (one ULP of the harm
 format at the replicate's peak |oracle|, docs/method.md "The harm scale"): ``a`` for prod, ``b`` for
 ref. The verdict rests on the tail ratio at the horizon, ``A_T = max(0, r_a - 1) / r_b`` with ``r``
 each side's T-call return level, and on U, its profile-likelihood upper bound
-(:mod:`kcert.stats.tail_ratio`): PASS when U <= 2, FAIL when the estimate is above 10, WARN otherwise.
-The two tails share one GPD shape unless a likelihood-ratio test finds prod's heavier.
+(:mod:`kcert.stats.tail_ratio`). The two tails share one GPD shape unless a likelihood-ratio test finds
+prod's heavier. FAIL when the estimate is above 10. PASS needs four things: U <= 2; the same bound
+with one shape per side (at its own, weaker level) <= 2, since a shape difference the test cannot see
+at this R would otherwise pass unbounded; the observed ratio of the largest errors
+``(max a - 1) / max b`` <= 2; and no exact test showing prod's largest errors above the PASS line
+(:mod:`kcert.stats.observed`). Anything else WARNs, and a WARN sends the run to its next look.
+Errors on a lattice (mostly tied) are spread within their cells before the fit
+(:mod:`kcert.stats.lattice`). Every result states the smallest per-call rate of a rare defect R
+replicates could have shown (:mod:`kcert.stats.rare`).
 
 The report's per-replicate ratio ``K = (E_prod - eps) / E_ref`` and its rule (U = r_T + 3 se) are
 kept beside it for comparison and for the plots; docs/method.md says why the verdict left them.
@@ -21,11 +27,15 @@ import numpy as np
 from ..certificate import VarianceResult
 from ..diagnostics import Diagnostic, diagnostic
 from ..stats.amplification import amplification_ratios
+from ..stats.lattice import lattice_spacing, spread_within_cells
+from ..stats.observed import ObservedTail, observed_tail
+from ..stats.rare import rare_event_limit
 from ..stats.tail import fit_tail
 from ..stats.tail_ratio import (
     Exceedances,
     TailRatioInterval,
     exceedances_of,
+    return_level_upper,
     tail_ratio_estimate,
     tail_ratio_interval,
 )
@@ -38,8 +48,10 @@ ASSUMPTIONS = (
     "each side's errors over its threshold (the 0.90 quantile of its positive errors) follow a GPD; the fit is "
     "redone at the 0.85 and 0.95 quantiles to check it",
     "prod's and ref's tails share one shape unless a likelihood-ratio test finds prod's heavier (then each has "
-    "its own); a shape difference too small for that test to see at this R is not covered",
-    "replicates are independent draws (each from its own seed)",
+    "its own); a shape difference too small for that test to see at this R is bounded, for a PASS, by the "
+    "separate-shapes bound at its own level (separate_alpha)",
+    "replicates are independent draws (each from its own seed); a defect rarer per call than the rare-event "
+    "rate quoted may not have occurred in any of them",
 )
 
 STABILITY_QUANTILES = (0.85, 0.95)
@@ -49,7 +61,8 @@ def stopping_rule(planned_looks: int, alpha: float) -> str:
     if planned_looks <= 1:
         return f"fixed replicate count; U one-sided at 1 - {alpha:g}"
     return (f"alpha spending over {planned_looks} planned looks (doubling R): each look's bounds one-sided at "
-            f"1 - {alpha:g}/{planned_looks}; stop when [lower, U] clears both thresholds")
+            f"1 - {alpha:g}/{planned_looks} (the separate-shapes bound at its own level over the same count); "
+            "stop when [lower, U] clears both thresholds and nothing holds a PASS back")
 
 
 def harm_units(errors, peak, harm_format: str) -> tuple[np.ndarray, np.ndarray]:
@@ -80,7 +93,8 @@ def judge_errors(a, b, horizon: float, thresholds: VarianceThresholds, seed: int
                  planned_looks: int = 1, *, output: str = "output", dtype: str = "", harm_format: str = "",
                  e_prod=None, e_ref=None, eps=None, k=None) -> VarianceResult:
     """The gate on per-replicate errors in harm units, ``a`` (prod) and ``b`` (ref); inf and nan
-    allowed. The simulations of benchmarks/tail_coverage.py call it directly."""
+    allowed. ``seed`` seeds the spread of lattice errors (and the report's bootstrap of K). The
+    simulations of benchmarks/tail_coverage.py call it directly."""
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
     n = a.size
@@ -89,20 +103,25 @@ def judge_errors(a, b, horizon: float, thresholds: VarianceThresholds, seed: int
         k = amplification_ratios(a, b, 1.0)
     tail = _report_fit(k, horizon, thresholds, seed)
     prod_inf = np.isinf(a) & np.isfinite(b)
+    looks_share = max(1, planned_looks)
     if prod_inf.any():
         judged = _prod_not_finite(prod_inf)
+        usable = n
     else:
         screened = _screen(a, b, thresholds)
         keep = np.isfinite(a) & np.isfinite(b)
         a, b = a[keep], b[keep]  # the result keeps the errors it judged
-        judged = _judge_tails(a, b, horizon, thresholds, thresholds.alpha / max(1, planned_looks), harm_format,
-                              screened)
+        usable = a.size
+        judged = _judge_tails(a, b, horizon, thresholds, thresholds.alpha / looks_share,
+                              thresholds.separate_alpha / looks_share, harm_format, screened, seed)
     return VarianceResult(output, dtype, judged.verdict, judged.reason, thresholds, horizon, k, e_prod, e_ref, eps,
                           tail, tuple(looks), judged.diagnostics, interval=judged.interval,
                           stopping_rule=stopping_rule(planned_looks, thresholds.alpha),
                           threshold_stability=judged.stability, confirmation=judged.confirmation,
                           harm_format=harm_format, error_prod_units=a, error_ref_units=b,
-                          fail_estimate=judged.fail_estimate, assumptions=ASSUMPTIONS)
+                          fail_estimate=judged.fail_estimate, assumptions=ASSUMPTIONS, observed=judged.observed,
+                          rare_events=rare_event_limit(usable, horizon, thresholds.rare_confidence),
+                          lattice_spacing=judged.spacing)
 
 
 @dataclass(frozen=True)
@@ -116,6 +135,8 @@ class _Judged:
     stability: tuple[tuple[float, float], ...] = ()
     confirmation: tuple[float, float] | None = None
     fail_estimate: float | None = None
+    observed: ObservedTail | None = None
+    spacing: tuple[float, float] = (0.0, 0.0)  # the lattice cells prod's and ref's errors were spread over
 
 
 @dataclass(frozen=True)
@@ -159,59 +180,136 @@ def _screen(a: np.ndarray, b: np.ndarray, thresholds: VarianceThresholds) -> _Sc
 
 
 def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: VarianceThresholds, alpha: float,
-                 harm_format: str, screened: _Screened) -> _Judged:
+                 separate_alpha: float, harm_format: str, screened: _Screened, seed: int) -> _Judged:
     """The verdict on the finite errors: nothing to bound, ref exact, too few exceedances for a tail
-    model, or the tail ratio's interval."""
+    model, or the tail ratio's interval, each PASS checked against the observed range first."""
     slack = thresholds.slack
     diags = screened.diagnostics
     if a.size == 0:
         return _Judged(Verdict.WARN, "no replicate with finite errors on both sides", diags)
+    observed = observed_tail(a, b, slack=slack, line=thresholds.warn, depth=thresholds.observed_depth)
     a_max = float(a.max())
     if a_max <= slack:
-        return _Judged(screened.floor, f"prod within {slack:g} harm unit of the oracle in all {a.size} replicates "
-                                       f"(max {a_max:.3g} {harm_format or 'ULP'} ULP): no amplification to bound",
-                       diags)
+        within = _within_slack(a, horizon, thresholds, alpha, harm_format, screened, observed)
+        if within is not None:
+            return within
+        diags += (diagnostic("prod_tail_beyond_slack",
+                             f"every prod error is within {slack:g} harm unit (max {a_max:.3g}), but its {horizon:.3g}-"
+                             f"call return level is not bounded within it"),)
     if not np.any(b > 0):
-        return _Judged(Verdict.FAIL, f"ref matches the oracle exactly in every replicate while prod is off by up to "
-                                     f"{a_max:.3g} harm units",
-                       diags + (diagnostic("infinite_ratio", f"ref exact in all {a.size} replicates"),))
+        if a_max > slack:
+            return _Judged(Verdict.FAIL, f"ref matches the oracle exactly in every replicate while prod is off by "
+                                         f"up to {a_max:.3g} harm units",
+                           diags + (diagnostic("infinite_ratio", f"ref exact in all {a.size} replicates"),),
+                           observed=observed)
+        return _Judged(Verdict.WARN, f"ref matches the oracle exactly in every replicate; prod is within {slack:g} "
+                                     f"harm unit on the data but its extrapolated tail is not", diags, observed=observed)
+    a_fit, b_fit, spacing = _spread_lattices(a, b, seed)
+    if any(spacing):
+        diags += (diagnostic("lattice_errors", f"cells {spacing[0]:.3g} (prod, spread upwards) / {spacing[1]:.3g} "
+                                               f"(ref, spread downwards) harm units"),)
     try:
-        sides = [exceedances_of(x, thresholds.threshold_quantile, thresholds.min_exceedances) for x in (a, b)]
+        sides = [exceedances_of(x, thresholds.threshold_quantile, thresholds.min_exceedances) for x in (a_fit, b_fit)]
     except ValueError:
-        return _without_tail_model(a, b, thresholds, diags)
+        return _without_tail_model(a, b, thresholds, diags, observed)
     diags += _side_diagnostics(sides, horizon, thresholds)
     iv = tail_ratio_interval(sides[0], sides[1], horizon, alpha, slack=slack,
-                             heterogeneity_level=thresholds.heterogeneity_level)
+                             heterogeneity_level=thresholds.heterogeneity_level, separate_alpha=separate_alpha)
     het = iv.heterogeneity
     if het is not None and het.rejects:
         diags += (diagnostic("tail_heavier_than_ref",
                              f"xi = {het.shape_prod:.3f} (prod) vs {het.shape_ref:.3f} (ref), LR = "
                              f"{het.statistic:.2f}, p = {het.p_value:.2g}: each side has its own shape"),)
-    stability = _threshold_stability(a, b, horizon, thresholds)
+    stability = _threshold_stability(a_fit, b_fit, horizon, thresholds)
     judged = fail_estimate(iv, thresholds)
     diags += _stability_diagnostics(stability, judged, iv, sides[0].quantile)
-    verdict = Verdict.worst([_by_interval(judged, iv.upper, thresholds), screened.floor])
-    confirmation = _confirmation(a, b, horizon, thresholds) if verdict is Verdict.FAIL else None
+    verdict, held = tail_verdict(judged, iv, observed, thresholds, identical=bool(np.array_equal(a, b)))
+    diags += held
+    verdict = Verdict.worst([verdict, screened.floor])
+    confirmation = _confirmation(a_fit, b_fit, horizon, thresholds) if verdict is Verdict.FAIL else None
     if confirmation is not None and min(confirmation) <= thresholds.fail:
         diags += (diagnostic("fail_not_confirmed", f"A_T = {confirmation[0]:.3g} (even replicates), "
                                                    f"{confirmation[1]:.3g} (odd)"),)
-    reason = _interval_reason(iv, judged, verdict, horizon, alpha, thresholds)
+    reason = _interval_reason(iv, judged, verdict, horizon, alpha, thresholds, observed, bool(held))
     if screened.too_few:
         reason += f"; only {a.size} replicates: a PASS needs {screened.minimum}"
-    return _Judged(verdict, reason, diags, iv, stability, confirmation, judged)
+    return _Judged(verdict, reason, diags, iv, stability, confirmation, judged, observed, spacing)
+
+
+def _within_slack(a: np.ndarray, horizon: float, thresholds: VarianceThresholds, alpha: float, harm_format: str,
+                  screened: _Screened, observed: ObservedTail) -> _Judged | None:
+    """Every prod error within the slack: PASS without comparing the tails when prod's own T-call return
+    level is bounded within the slack too (or prod has too few positive errors for a tail: nothing to
+    extrapolate); None when it is not, and the tails must be compared (ref's errors may be far smaller
+    than the slack, and prod's tail may still reach beyond it at the horizon)."""
+    slack = thresholds.slack
+    head = (f"prod within {slack:g} harm unit of the oracle in all {a.size} replicates "
+            f"(max {a.max():.3g} {harm_format or 'harm'} ULP)")
+    try:
+        side = exceedances_of(a, thresholds.threshold_quantile, thresholds.min_exceedances)
+    except ValueError:
+        return _Judged(screened.floor, f"{head}, too few positive errors for a tail: nothing to extrapolate",
+                       screened.diagnostics, observed=observed)
+    bound = return_level_upper(side, horizon, alpha)
+    if bound > slack:
+        return None
+    return _Judged(screened.floor, f"{head}, and its {horizon:.3g}-call return level bounded by {bound:.3g} "
+                                   f"(profile likelihood, one-sided {1 - alpha:.5g}): no amplification to bound",
+                   screened.diagnostics, observed=observed)
+
+
+def _spread_lattices(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
+    """Each side's errors spread within their lattice cells when they are mostly tied (prod upwards, ref
+    downwards: the spread tail ratio is at least the lattice one), from a generator on the run's seed."""
+    spacing = (lattice_spacing(a), lattice_spacing(b))
+    rng = np.random.default_rng([int(seed), _LATTICE_STREAM])
+    return (spread_within_cells(a, spacing[0], True, rng), spread_within_cells(b, spacing[1], False, rng),
+            spacing)
+
+
+_LATTICE_STREAM = 23  # the spread's generator: the run's seed and this stream (no other draw uses it)
+
+
+def tail_verdict(estimate: float, iv: TailRatioInterval, observed: ObservedTail, thresholds: VarianceThresholds,
+                 identical: bool = False) -> tuple[Verdict, tuple[Diagnostic, ...]]:
+    """The verdict on a tail comparison: FAIL when ``estimate`` (the one the FAIL line judges) is above
+    ``fail`` (or U, under ``fail_on="bound"``); PASS when U <= ``warn`` and nothing holds the PASS back
+    (:func:`_pass_held_back`); WARN otherwise. ``identical``: prod's and ref's errors are equal in every
+    replicate. Returns the verdict and the diagnostics that held a PASS back.
+    benchmarks/tail_coverage.py judges rescaled evidence with it."""
+    verdict = _by_interval(estimate, iv.upper, thresholds)
+    held = _pass_held_back(iv, observed, thresholds, identical) if verdict is Verdict.PASS else ()
+    return (Verdict.WARN if held else verdict), held
+
+
+def _pass_held_back(iv: TailRatioInterval, observed: ObservedTail, thresholds: VarianceThresholds,
+                    identical: bool) -> tuple[Diagnostic, ...]:
+    """Why a U at or under the PASS line may still not PASS: the separate-shapes bound above it (a shape
+    difference the test cannot see at this R is not excluded; moot when the two sides' errors are the
+    same numbers in every replicate: one sample has one shape), or the observed range above it."""
+    line = thresholds.warn
+    held = []
+    if not identical and not iv.separate_upper <= line:
+        held.append(diagnostic("shape_difference_not_excluded",
+                               f"U = {iv.upper:.3g} under {iv.model}, but {iv.separate_upper:.3g} with one shape per "
+                               f"side (one-sided {1 - iv.separate_alpha:.4g})"))
+    if observed.ratio > line or observed.p_value < thresholds.observed_level:
+        held.append(diagnostic("observed_above_line",
+                               f"(max a - {thresholds.slack:g}) / max b = {observed.ratio:.3g}; prod's errors at the "
+                               f"line in the pooled top {observed.depth}: {observed.prod_in_top}, exact p = "
+                               f"{observed.p_value:.2g}"))
+    return tuple(held)
 
 
 def _without_tail_model(a: np.ndarray, b: np.ndarray, thresholds: VarianceThresholds,
-                        diags: tuple[Diagnostic, ...]) -> _Judged:
+                        diags: tuple[Diagnostic, ...], observed: ObservedTail) -> _Judged:
     """Fewer than three errors above a side's threshold: the observed ratio of the maxima decides."""
-    slack = thresholds.slack
-    observed = (float(a.max()) - slack) / float(b.max())
     few = diagnostic("few_exceedances", f"{int(np.sum(a > 0))} positive prod errors, "
                                         f"{int(np.sum(b > 0))} positive ref errors of {a.size}")
-    verdict = Verdict.FAIL if observed > thresholds.fail else Verdict.WARN
+    verdict = Verdict.FAIL if observed.ratio > thresholds.fail else Verdict.WARN
     return _Judged(verdict, f"fewer than three errors above a side's threshold (few or tied positive errors): no "
-                            f"tail model; observed ratio of maxima (max a - {slack:g}) / max b = {observed:.3g}",
-                   diags + (few,))
+                            f"tail model; observed ratio of maxima (max a - {thresholds.slack:g}) / max b = "
+                            f"{observed.ratio:.3g}", diags + (few,), observed=observed)
 
 
 def _side_diagnostics(sides, horizon: float, thresholds: VarianceThresholds) -> tuple[Diagnostic, ...]:
@@ -269,13 +367,18 @@ def _confirmation(a: np.ndarray, b: np.ndarray, horizon: float,
 
 
 def _interval_reason(iv: TailRatioInterval, judged: float, verdict: Verdict, horizon: float, alpha: float,
-                     thresholds: VarianceThresholds) -> str:
+                     thresholds: VarianceThresholds, observed: ObservedTail, held: bool) -> str:
     level = 1 - alpha
     reason = (f"U = {iv.upper:.3g} (A_T = {iv.estimate:.3g}: prod's T-call error tail over ref's, profile "
               f"likelihood, one-sided {level:.5g}, {iv.model}) at T = {horizon:.3g}; "
               f"PASS <= {thresholds.warn:g} < WARN <= {thresholds.fail:g} < FAIL")
     if judged != iv.estimate:
         reason += f"; FAIL is judged on the common-shape estimate A_T = {judged:.3g}"
+    if held:
+        reason += (f"; PASS held back: one shape per side {iv.separate_upper:.3g} (one-sided "
+                   f"{1 - iv.separate_alpha:.4g}), observed (max a - {thresholds.slack:g}) / max b = "
+                   f"{observed.ratio:.3g}, exact p = {observed.p_value:.2g} (PASS needs <= {thresholds.warn:g}, "
+                   f"<= {thresholds.warn:g} and >= {thresholds.observed_level:g}); more replicates decide")
     if verdict is Verdict.WARN and iv.upper > thresholds.fail and thresholds.fail_on == "estimate":
         reason += f"; A_T cannot be bounded below {thresholds.fail:g} (more replicates narrow U), FAIL needs A_T above it"
     return reason
@@ -324,8 +427,10 @@ def _report_fit(k: np.ndarray, horizon: float, thresholds: VarianceThresholds, s
 
 def interval_is_decisive(result: VarianceResult) -> bool:
     """Stop adding replicates once [lower, U] lies on one side of every threshold (each end at the
-    look's share of alpha). Results that rest on few exceedances are not decisive. A run below the
-    minimum for a PASS is not extended for it: the looks serve the interval, and R is the user's."""
+    look's share of alpha) and, where U is under the PASS line, nothing holds the PASS back (the
+    separate-shapes bound and the observed range settle with more replicates). Results that rest on
+    few exceedances are not decisive. A run below the minimum for a PASS is not extended for it: the
+    looks serve the interval, and R is the user's."""
     codes = {d.code for d in result.diagnostics}
     if "infinite_ratio" in codes:
         return True  # prod off where ref is exact or finite stays a FAIL whatever more replicates show
@@ -333,6 +438,8 @@ def interval_is_decisive(result: VarianceResult) -> bool:
         return False
     iv = result.interval
     if iv is None:
-        return True
+        return "prod_tail_beyond_slack" not in codes
     t = result.thresholds
+    if iv.upper <= t.warn and codes & {"shape_difference_not_excluded", "observed_above_line"}:
+        return False
     return all(not (iv.lower <= x < iv.upper) for x in (t.warn, t.fail))

@@ -84,6 +84,7 @@ def _tail_ratio(v: VarianceResult) -> dict | None:
         "separate_shapes_estimate": number(iv.separate_estimate),
         "fail_estimate": number(v.fail_estimate),
         "lower": number(iv.lower), "upper": number(iv.upper), "alpha": iv.alpha, "deviance": number(iv.deviance),
+        "separate_upper": number(iv.separate_upper), "separate_alpha": number(iv.separate_alpha),
         "model": iv.model, "slack": iv.slack, "shape_bounds": [number(x) for x in iv.shape_bounds],
         "prod": {"threshold": number(iv.threshold_prod), "exceedances": iv.exceedances_prod,
                  "shape": number(iv.shape_prod), "scale": number(iv.scale_prod),
@@ -99,6 +100,25 @@ def _tail_ratio(v: VarianceResult) -> dict | None:
         "confirmation": None if v.confirmation is None else [number(r) for r in v.confirmation],
         "assumptions": list(v.assumptions),
     }
+
+
+def _observed(v: VarianceResult) -> dict | None:
+    """The observed range against the PASS line, before any extrapolation (docs/json-schema.md)."""
+    o = v.observed
+    if o is None:
+        return None
+    return {"ratio": number(o.ratio), "max_prod": number(o.max_prod), "max_ref": number(o.max_ref),
+            "line": o.line, "p_value": number(o.p_value), "depth": o.depth, "prod_in_top": o.prod_in_top,
+            "scanned": o.scanned}
+
+
+def _rare_events(v: VarianceResult) -> dict | None:
+    """The smallest per-call rate of a rare defect the replicates could have shown (docs/json-schema.md)."""
+    r = v.rare_events
+    if r is None:
+        return None
+    return {"replicates": r.replicates, "confidence": r.confidence, "rate": number(r.rate),
+            "horizon": r.horizon, "calls_at_horizon": number(r.calls_at_horizon)}
 
 
 def _report_tail(v: VarianceResult) -> dict | None:
@@ -127,7 +147,9 @@ def _variance(v: VarianceResult) -> dict:
         "thresholds": {"warn": th.warn, "fail": th.fail, "threshold_quantile": th.threshold_quantile,
                        "min_exceedances": th.min_exceedances, "bootstrap": th.bootstrap, "alpha": th.alpha,
                        "heterogeneity_level": th.heterogeneity_level, "fail_on": th.fail_on, "slack": th.slack,
-                       "separate_fail_level": th.separate_fail_level},
+                       "separate_fail_level": th.separate_fail_level, "separate_alpha": th.separate_alpha,
+                       "observed_level": th.observed_level, "observed_depth": th.observed_depth,
+                       "rare_confidence": th.rare_confidence},
         "stopping_rule": v.stopping_rule,
         "replicates": v.replicates,
         "looks": list(v.looks),
@@ -138,6 +160,9 @@ def _variance(v: VarianceResult) -> dict:
             "prod_closer_share": number(v.prod_closer_share), "tied_share": number(v.prod_tied_share),
         },
         "tail_ratio": _tail_ratio(v),
+        "observed": _observed(v),
+        "rare_events": _rare_events(v),
+        "lattice_spacing": {"prod": number(v.lattice_spacing[0]), "ref": number(v.lattice_spacing[1])},
         "k": {
             "zero": v.n_zero, "positive": v.n_positive, "infinite": v.n_infinite, "undefined": v.n_undefined,
             "quantiles": {str(q): number(x) for q, x in v.quantiles().items()},

@@ -58,6 +58,26 @@ def error_comparison_text(v: VarianceResult) -> str:
             f"ref {fmt(r[0.5])} / {fmt(r[0.99])} / {fmt(r[1.0])}{share}")
 
 
+def observed_range_text(v: VarianceResult) -> str | None:
+    """The observed range against the PASS line (the gate's fields, before any extrapolation)."""
+    o = v.observed
+    if o is None:
+        return None
+    return (f"observed: max prod {fmt(o.max_prod)} / max ref {fmt(o.max_ref)}, (max a - {v.thresholds.slack:g}) / "
+            f"max b = {fmt(o.ratio)} (PASS <= {fmt(o.line)}); prod's errors at the line among the pooled top "
+            f"{o.depth}: {o.prod_in_top}, exact p = {fmt(o.p_value)} (PASS >= {v.thresholds.observed_level:g})")
+
+
+def rare_events_text(v: VarianceResult) -> str | None:
+    """What the replicates cannot see (rule of three), from the result's ``rare_events``."""
+    r = v.rare_events
+    if r is None:
+        return None
+    return (f"rare events: a defect on fewer than {fmt(r.rate)} of calls (about 3/R, {100 * r.confidence:g} % "
+            f"confidence) may not occur in these {r.replicates} replicates, and no verdict here excludes it; "
+            f"over T = {r.horizon:.3g} calls that rate is {fmt(r.calls_at_horizon)} calls")
+
+
 def gate_sentences(cert: Certificate, gate: str) -> list[str]:
     if gate == "algebra":
         return [cert.algebra.reason]

@@ -42,7 +42,7 @@ from scipy import optimize, stats
 from .gpd import fit_gpd
 
 __all__ = ["Exceedances", "HeterogeneityTest", "TailRatioInterval", "deviance_for", "exceedances_of",
-           "tail_ratio_estimate", "tail_ratio_interval"]
+           "return_level_upper", "tail_ratio_estimate", "tail_ratio_interval"]
 
 _V = np.linspace(-16.0, 9.0, 126)  # log(sigma - edge) - log(mean y): 0.2 steps over 25 e-folds; crossings refined
 _GRID_ELEMENTS = 4_000_000  # (xi, sigma, excess) terms per chunk of the log-likelihood grid
@@ -180,6 +180,8 @@ class TailRatioInterval:
     heterogeneity: HeterogeneityTest | None = None
     common_estimate: float = math.nan  # A_T's MLE under the common shape
     separate_estimate: float = math.nan  # A_T's MLE with one shape per side
+    separate_upper: float = math.nan  # U with one shape per side, one-sided at 1 - separate_alpha (nan: not asked)
+    separate_alpha: float = math.nan
 
 
 class _Side:
@@ -271,14 +273,17 @@ class _Side:
         return np.unique(np.concatenate([np.geomspace(max(z_lo, 1e-300), z_hi, _ZETA_POINTS), [self.zeta_hat]]))
 
     def extremes(self, xi: np.ndarray, gpd_top: np.ndarray, drops: np.ndarray, zetas: np.ndarray,
-                 exact: bool = False):
+                 exact: bool = False, rows: np.ndarray | None = None):
         """For each ``xi[i]`` and drop ``drops[i, k]`` (log-likelihood units below ``gpd_top[i] +
         b_hat``), the largest and smallest return level over ``{(sigma, zeta): l_GPD + l_binom >=
-        gpd_top[i] + b_hat - drop}``: two (A, K) arrays, -inf / +inf where the set is empty."""
+        gpd_top[i] + b_hat - drop}``: two (A, K) arrays, -inf / +inf where the set is empty.
+        ``rows``: only these entries of ``xi`` (the grid stays cached for the whole ``xi``)."""
+        sigma, ll = self.grid(xi)  # (A, V) each
+        if rows is not None:
+            xi, gpd_top, drops, sigma, ll = xi[rows], gpd_top[rows], drops[rows], sigma[rows], ll[rows]
         a, k = drops.shape
         binom = _binomial_loglik(zetas, self.n, self.total)  # (Z,)
         levels = gpd_top[:, None, None] + self.b_hat - drops[:, None, :] - binom[None, :, None]  # (A, Z, K)
-        sigma, ll = self.grid(xi)  # (A, V) each
         lev = levels.reshape(a, -1)  # (A, Z*K)
         s_top, s_bottom = _level_ends(ll, sigma, lev, float(self.y.mean()), (self.y, xi) if exact else None)
         h = _h(xi[:, None], self.log_t + np.log(zetas)[None, :])  # (A, Z)
@@ -396,8 +401,9 @@ def _separate_region(pa: _Side, pb: _Side, xi: np.ndarray, splits: np.ndarray, c
         m, _ = side.profile(xi)
         gap = float(m.max()) - m  # distance of each xi's profile below the side's own maximum
         drops = c / 2 * share[None, :] - gap[:, None]
-        ok = drops >= 0
-        top, bottom = side.extremes(xi, m, np.maximum(drops, 0.0), z, exact)
+        rows = np.flatnonzero(np.any(drops >= 0, axis=1))  # the shapes inside this side's share at all
+        ok = drops[rows] >= 0
+        top, bottom = side.extremes(xi, m, np.maximum(drops, 0.0), z, exact, rows=rows)
         out.append((np.where(ok, top, -np.inf).max(axis=0), np.where(ok, bottom, np.inf).min(axis=0)))
     (a_top, a_bottom), (b_top, b_bottom) = out
     return _upper_ratio(a_top, b_bottom, slack), _lower_ratio(a_bottom, b_top, slack)
@@ -481,12 +487,14 @@ def _bounds(shape_bounds) -> tuple[float, float]:
 
 def tail_ratio_interval(prod: Exceedances, ref: Exceedances, horizon: float, alpha: float = 0.00135, *,
                         slack: float = 1.0, shape_bounds=SHAPE_BOUNDS, heterogeneity_level: float = 0.05,
-                        deviance: float | None = None) -> TailRatioInterval:
+                        deviance: float | None = None, separate_alpha: float | None = None) -> TailRatioInterval:
     """Profile-likelihood interval of ``A_T = max(0, r_prod - slack) / r_ref`` at ``horizon``.
 
     The common-shape model is used unless the heterogeneity test rejects it at
     ``heterogeneity_level`` (prod's tail heavier than ref's); then each side has its own shape.
-    ``deviance`` overrides ``c = z_(1-alpha)^2`` (a calibrated cut-off)."""
+    ``deviance`` overrides ``c = z_(1-alpha)^2`` (a calibrated cut-off). ``separate_alpha``: also
+    bound A_T with one shape per side, one-sided at ``1 - separate_alpha``, whatever the test says
+    (``separate_upper``): a bound that holds when the shapes differ by less than the test can see."""
     horizon = float(horizon)
     if not (math.isfinite(horizon) and horizon > 1):
         raise ValueError(f"horizon must be finite and > 1, got {horizon!r}")
@@ -511,6 +519,10 @@ def tail_ratio_interval(prod: Exceedances, ref: Exceedances, horizon: float, alp
     upper = _extreme(region, grid, splits, maximise=True)
     lower = _extreme(region, grid, splits, maximise=False)
     estimate = fit.estimate
+    separate_upper = math.nan
+    if separate_alpha is not None:
+        separate_upper = max(_separate_upper(pa, pb, lo_b, hi_b, deviance_for(separate_alpha), slack, splits),
+                             fit.separate_estimate)
     return TailRatioInterval(
         estimate=estimate, lower=float(min(lower, estimate)), upper=float(max(upper, estimate)), alpha=float(alpha),
         deviance=c, model=fit.model, shape_bounds=(lo_b, hi_b), slack=float(slack), horizon=horizon,
@@ -518,8 +530,52 @@ def tail_ratio_interval(prod: Exceedances, ref: Exceedances, horizon: float, alp
         return_level_prod=float(fit.return_levels[0]), return_level_ref=float(fit.return_levels[1]),
         threshold_prod=prod.threshold, threshold_ref=ref.threshold, exceedances_prod=prod.n,
         exceedances_ref=ref.n, heterogeneity=fit.test, common_estimate=fit.common_estimate,
-        separate_estimate=fit.separate_estimate,
+        separate_estimate=fit.separate_estimate, separate_upper=float(separate_upper),
+        separate_alpha=math.nan if separate_alpha is None else float(separate_alpha),
     )
+
+
+def _separate_upper(pa: _Side, pb: _Side, lo_b: float, hi_b: float, c: float, slack: float,
+                    splits: np.ndarray) -> float:
+    """The largest A_T over the separate-shapes region at cut-off ``c``. Each side's extreme depends on
+    its own share of the budget only, so the split is searched on grid estimates (zoomed once) and the
+    best split alone is evaluated with its level crossings on the exact likelihood."""
+    za, zb = pa.zeta_grid(c / 2), pb.zeta_grid(c / 2)
+    fine = np.linspace(lo_b, hi_b, 2 * _XI_POINTS - 1)
+
+    def upper(f, exact=False):
+        return _separate_region(pa, pb, fine, f, c, slack, za, zb, exact)[0]
+
+    values = upper(splits)
+    j = int(np.argmax(values))
+    best = float(values[j])
+    if not math.isfinite(best):
+        return best
+    zoomed = _zoom(splits, j, 9)
+    values = upper(zoomed)
+    j = int(np.argmax(values))
+    exact = upper(zoomed[max(j - 1, 0):j + 2], exact=True)  # the best split and its neighbours
+    return max(best, float(values[j]), float(exact.max()))
+
+
+def return_level_upper(side: Exceedances, horizon: float, alpha: float = 0.00135, *,
+                       shape_bounds=SHAPE_BOUNDS) -> float:
+    """One side's profile-likelihood upper bound of its ``horizon``-call return level, one-sided at
+    ``1 - alpha``, its shape free within ``shape_bounds``: the largest ``r_T`` over ``{2 (l_hat - l) <=
+    c}`` in (xi, sigma, zeta). The variance gate asks it of prod when every prod error is within the
+    slack: only a bound at or under the slack lets it PASS without comparing the tails."""
+    horizon = float(horizon)
+    if not (math.isfinite(horizon) and horizon > 1):
+        raise ValueError(f"horizon must be finite and > 1, got {horizon!r}")
+    lo_b, hi_b = _bounds(shape_bounds)
+    c = deviance_for(alpha)
+    one = _Side(side, horizon)
+    xi = np.linspace(lo_b, hi_b, 2 * _XI_POINTS - 1)
+    m, _ = one.profile(xi)
+    drops = (c / 2 - (float(m.max()) - m))[:, None]
+    rows = np.flatnonzero(drops[:, 0] >= 0)
+    top, _ = one.extremes(xi, m, np.maximum(drops, 0.0), one.zeta_grid(c / 2), exact=True, rows=rows)
+    return float(top.max())
 
 
 def _extreme(region, xi_grid: np.ndarray, splits: np.ndarray, maximise: bool) -> float:

@@ -78,7 +78,10 @@ class VarianceThresholds:
     FAIL line judges the common-shape estimate of A_T unless that test's p is below
     ``separate_fail_level`` (then the separate-shapes estimate).
     ``threshold_quantile`` and ``min_exceedances`` place each side's threshold; ``bootstrap`` resamples
-    only feed the report's rule on K, shown beside U for comparison, and the plots' bands.
+    only feed the report's rule on K, shown beside U for comparison, and the plots' bands. A PASS also
+    needs the bound with one shape per side (one-sided at ``1 - separate_alpha``) and the observed
+    ratio of the largest errors at or under ``warn``, and the exact test of the observed range
+    (``observed_level``) not to reject (docs/method.md, "Gate 3").
 
     Parameters
     ----------
@@ -100,6 +103,15 @@ class VarianceThresholds:
         Harm units prod may add to its error at no cost (the report's eps).
     separate_fail_level : float, default 0.001
         Below this p of the shape test, FAIL judges the separate-shapes estimate.
+    separate_alpha : float, default 0.05
+        One-sided level of the bound with one shape per side that a PASS also needs at or under ``warn``
+        (split over the planned looks like ``alpha``): it bounds a shape difference the test cannot see.
+    observed_level : float, default 0.05
+        A PASS also needs the exact test of prod's largest errors above the PASS line at or above this p.
+    observed_depth : float, default 0.1
+        That test scans the pooled top ``observed_depth * R`` errors.
+    rare_confidence : float, default 0.95
+        The confidence of the rare-event statement (the rule of three: a rate of about 3/R at 95 %).
 
     Raises
     ------
@@ -129,6 +141,15 @@ class VarianceThresholds:
     # FAIL judges the separate-shapes estimate only when the shapes differ beyond doubt (the heterogeneity
     # test's p below this), else the common-shape one: separate fits extrapolate two free shapes
     separate_fail_level: float = 0.001
+    # PASS needs the bound with one shape per side under the line too, at this one-sided level over the run:
+    # a shape difference the test cannot see at R (prod's tail heavier by xi ~ 0.1) let 17-57 % of pairs
+    # with a true A_T of 2.05 PASS; 0.05 holds that rate near 5 % (docs/method.md, "Shape mismatch")
+    separate_alpha: float = 0.05
+    # PASS needs the observed range not to contradict it: the exact scan test of prod's largest errors at the
+    # PASS line (stats/observed.py) at or above this p; the test only holds a PASS back, it never FAILs
+    observed_level: float = 0.05
+    observed_depth: float = 0.1  # the scan's depth, a share of R: the top of the pooled errors the tails rest on
+    rare_confidence: float = 0.95  # the rule of three's confidence (about 3/R)
 
     def __post_init__(self):
         if self.fail_on not in ("estimate", "bound"):
