@@ -128,7 +128,7 @@ def _mismatch_run(run: int) -> str:
 def test_a_heavier_prod_shape_the_test_cannot_see_rarely_passes():
     """At a true A_T of 2.05 with prod's tail heavier in shape (GPD +0.1 vs exponential, exponential vs
     half-normal, lognormal vs half-normal), the gate PASSes in at most 5 % of runs (MISMATCH_RUNS runs,
-    the three pairs in turn): the separate-shapes bound a PASS needs (separate_alpha = 0.05).
+    the three pairs in turn): the separate-shapes bound a PASS needs (separate_alpha = 0.03).
 
     Power: a true false-PASS rate of 10 % fails with probability ``_power(300, 0.05, 0.10)`` = 0.85; the
     gate before it (17-57 % per pair) fails with certainty.
