@@ -97,8 +97,9 @@ def test_verdict_is_the_warn_line_or_a_structural_alarm(law, seed):
             "below_minimum": lambda: ref[:50]}[law]()
     t = VarianceThresholds(bootstrap=20)
     v = judge_errors(prod, ref[:prod.size], 6.25e5, t)
-    u = v.upper_bound
+    u = v.pass_bound  # U, the separate-shapes bound and the observed ratio: what a PASS needs under the line
     assert (v.verdict is not Verdict.PASS) == (structural_alarm(v) or (u is not None and u > t.warn)), v.reason
+    assert u is None or u >= v.upper_bound
     if law == "infinite":
         assert structural_alarm(v) and v.verdict is Verdict.FAIL
     if law == "below_minimum":

@@ -193,8 +193,11 @@ def test_json_report_has_every_documented_field(tmp_path, capsys):
     assert set(b["statistics"]) == {"raw", "sign_aligned"}
     assert len(b["statistics"]["raw"]["z"]) == b["buckets"]["count"] == 32
     v = r["gates"]["variance"]["outputs"][0]
-    assert set(v) >= {"output", "verdict", "reason", "thresholds", "replicates", "looks", "k", "errors", "tail"}
+    assert set(v) >= {"output", "verdict", "reason", "thresholds", "replicates", "looks", "k", "errors", "tail",
+                      "observed", "rare_events", "lattice_spacing"}
     assert len(v["k"]["values"]) == v["replicates"] == len(v["errors"]["prod"])
+    rare = v["rare_events"]  # the rule of three: the rate R replicates would show with 95 % confidence
+    assert rare["replicates"] == v["replicates"] and abs(rare["rate"] - (1 - 0.05 ** (1 / v["replicates"]))) < 1e-12
     p = r["provenance"]
     assert set(p) >= {"seed", "replicates", "horizon", "dtype", "device", "probes", "command", "environment", "date",
                       "wall_time_s"}

@@ -9,6 +9,7 @@ import kcert
 from kcert.controls.registry import all_controls
 from kcert.controls.suite import DIFFERS_SHARE, run_controls
 from kcert.verdict import Verdict
+from quick_controls import passes_or_needs_replicates
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -36,7 +37,7 @@ def test_family_structure():
 def test_quick_control_passes_and_differs_from_ref(control):
     result = run_controls([control], quick=True)[0]
     assert result.error is None, result.error
-    assert result.verdict is Verdict.PASS, result.certificate.gates
+    assert passes_or_needs_replicates(result.certificate), result.certificate.gates
     assert result.differing_share >= DIFFERS_SHARE  # null evidence that could have failed
 
 

@@ -56,7 +56,10 @@ def test_sections_in_order(certs, page):
     assert positions == sorted(positions), order
     # the case without a tail fit says why instead of plotting one
     first = page[: page.index(bad.case)]
-    assert "no amplification to bound" in first and 'alt="QQ plots"' not in first
+    assert "no amplification to bound" in first or "nothing to extrapolate" in first
+    assert 'alt="QQ plots"' not in first
+    # every variance section states what its replicates cannot see, and the observed range
+    assert page.count("<th>rare events</th>") == 2 and page.count("<th>observed range</th>") == 2
 
 
 def test_embedded_pngs_decode_and_are_not_blank(page):

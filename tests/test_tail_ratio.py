@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from kcert.stats.tail_ratio import (deviance_for, exceedances_of, tail_ratio_estimate, tail_ratio_interval)
+from kcert.stats.tail_ratio import (deviance_for, exceedances_of, return_level_upper, tail_ratio_estimate,
+                                     tail_ratio_interval)
 
 T = 6.25e5
 
@@ -153,3 +154,25 @@ def test_threshold_is_lowered_to_keep_ten_exceedances_and_bad_input_is_named():
         tail_ratio_interval(exceedances_of(a), exceedances_of(b), T, shape_bounds=(0.5, 0.1))
     with pytest.raises(ValueError, match="horizon"):
         tail_ratio_interval(exceedances_of(a), exceedances_of(b), 0.5)
+
+
+def test_one_sides_return_level_bound_covers_and_widens_with_confidence():
+    rng = np.random.default_rng(9)
+    truth = stats.halfnorm.isf(1 / T)
+    x = stats.halfnorm.rvs(size=1024, random_state=rng)
+    ex = exceedances_of(x)
+    loose, strict = return_level_upper(ex, T, alpha=0.05), return_level_upper(ex, T)
+    assert truth <= strict and loose < strict and loose > ex.maximum
+    assert return_level_upper(exceedances_of(3 * x), T) == pytest.approx(3 * strict, rel=1e-6)
+
+
+def test_the_separate_shapes_bound_is_the_separate_models_own_upper_end():
+    a, b = _pair(10, law=stats.halfnorm)
+    ea, eb = exceedances_of(a), exceedances_of(b)
+    iv = tail_ratio_interval(ea, eb, T, separate_alpha=0.00135)
+    forced = tail_ratio_interval(ea, eb, T, heterogeneity_level=1.0)  # separate whenever prod's xi is the larger
+    if forced.model == "separate shapes":
+        assert iv.separate_upper == pytest.approx(forced.upper, rel=0.02)
+    weaker = tail_ratio_interval(ea, eb, T, separate_alpha=0.03)
+    assert iv.estimate <= weaker.separate_upper < iv.separate_upper and weaker.separate_alpha == 0.03
+    assert math.isnan(tail_ratio_interval(ea, eb, T).separate_upper)

@@ -42,3 +42,18 @@ def test_the_summary_names_every_case_and_the_deciders():
     text = console.export_text()
     assert "kcert: 1 cases · exit 2 (an error)" in text and "prod raised ValueError: boom" in text
     assert "<- decides exit 2" in text and "case 'a', replicate" not in text
+
+
+def test_the_variance_block_states_the_observed_range_and_what_r_cannot_see():
+    from kcert.gates.variance import judge_errors
+    from kcert.report import terminal
+    from kcert.stats.thresholds import VarianceThresholds
+
+    rng = np.random.default_rng(0)
+    v = judge_errors(40 * np.abs(rng.standard_normal(512)), 40 * np.abs(rng.standard_normal(512)), 6.25e5,
+                     VarianceThresholds(bootstrap=2))
+    console = Console(record=True, width=250)
+    console.print(terminal._variance(v))
+    text = console.export_text()
+    assert "one shape per side: U = " in text and "observed: max prod" in text
+    assert f"rare events: a defect on fewer than {v.rare_events.rate:.3g}" in text and "512 replicates" in text

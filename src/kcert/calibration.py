@@ -3,7 +3,8 @@ seeds, record the null distribution of the variance gate's U and of the bias gat
 say which thresholds the families' null samples support (issue 4, item 5; docs/calibration.md).
 
 Every positive control is a null draw: a WARN or FAIL it gets is a false alarm. Per output and
-seed this records U (the profile-likelihood upper bound of the tail ratio A_T), the A_T estimate, whether
+seed this records U (what a PASS needs under the WARN line: the profile-likelihood upper bound of the
+tail ratio A_T, the separate-shapes bound and the observed ratio, the largest of them), the A_T estimate, whether
 the shape test found prod's tail heavier, the variance verdict, the bias gate's largest |z| and largest effect in
 ULP (raw and sign-aligned, over all tested buckets and over the significant ones) and its verdict.
 The arithmetic of rates and proposals is pure (kcert.stats.calibration).
@@ -51,7 +52,7 @@ class OutputSample:
     bias_fail_buckets: int
     familywise_error_bound: float
     variance_verdict: str | None = None  # None: no oracle, the variance gate did not run
-    upper_bound: float | None = None  # U; None when no tail was fitted
+    upper_bound: float | None = None  # what a PASS needs under the WARN line (VarianceResult.pass_bound); None: no tail
     return_level: float | None = None  # the A_T estimate U bounds (the tail ratio at the horizon)
     shapes_differ: bool = False  # the shape test found prod's error tail heavier than ref's
     variance_structural: bool = False  # not PASS for a reason no WARN line removes
@@ -66,10 +67,12 @@ class OutputSample:
 
 def structural_alarm(v: VarianceResult) -> bool:
     """The verdict is above PASS whatever the WARN line: FAIL, an infinite or undefined tail ratio, too
-    few replicates for a PASS, or no tail fit although prod exceeds the slack."""
+    few replicates for a PASS, no tail fit although prod exceeds the slack, or the exact test of the
+    observed range rejecting (it holds a PASS back at the line it was run at)."""
     codes = {d.code for d in v.diagnostics}
+    observed = v.observed is not None and v.observed.p_value < v.thresholds.observed_level
     return (v.verdict is Verdict.FAIL or bool(codes & {"infinite_ratio", "undefined_ratio", "too_few_replicates"})
-            or (v.interval is None and v.verdict is not Verdict.PASS))
+            or (v.interval is None and v.verdict is not Verdict.PASS) or observed)
 
 
 def _finite_max(values) -> float:
@@ -122,7 +125,7 @@ def _sample(family, control, seed, replicates, b: BiasResult, v: VarianceResult 
     if v is not None:
         finite = v.amplification[np.isfinite(v.amplification)]
         fields.update(
-            variance_verdict=v.verdict.value, upper_bound=v.upper_bound,
+            variance_verdict=v.verdict.value, upper_bound=v.pass_bound,
             return_level=None if v.interval is None else float(v.interval.estimate),
             shapes_differ=bool(v.interval is not None and v.interval.heterogeneity is not None
                                and v.interval.heterogeneity.rejects),
@@ -452,7 +455,9 @@ def _markdown(cal: Calibration, command: str) -> str:
          f"{len(cal.excluded)} output runs were left out as sanity checks (bitwise or all but bitwise identical): "
          + (", ".join(sorted({f"{s.control}/{s.output}" for s in cal.excluded})) or "none") + "."),
         "",
-        (f"Variance gate (PASS <= {v.warn:g} < WARN <= {v.fail:g} < FAIL, U one-sided at 1 - {v.alpha:g}). "
+        (f"Variance gate (PASS <= {v.warn:g} < WARN <= {v.fail:g} < FAIL, U one-sided at 1 - {v.alpha:g}; \"U\" "
+         f"here is what a PASS needs under the line: the largest of U, the separate-shapes bound at 1 - "
+         f"{v.separate_alpha:g} and the observed ratio). "
         f"Rates are alarms/outputs (rate, one-sided 95 % upper bound); the proposal is the lowest line whose "
         f"null rate of U above it is <= {cal.target:.0%}, counted on the outputs a line can clear. \"WARN "
         "whatever the line\" counts the others (too few positive errors for a fit, an infinite or undefined "

@@ -455,6 +455,20 @@ class VarianceResult:
         return None if self.interval is None else self.interval.upper
 
     @property
+    def pass_bound(self) -> float | None:
+        """What a PASS needs at or under ``thresholds.warn``: the largest of U, the bound with one shape
+        per side (not asked when prod's and ref's errors are the same numbers in every replicate) and
+        the observed ratio of the largest errors; None without an interval. (A PASS also needs the exact
+        test of the observed range not to reject: ``observed.p_value``.)"""
+        iv = self.interval
+        if iv is None:
+            return None
+        parts = [iv.upper, 0.0 if self.observed is None else self.observed.ratio]
+        if self.prod_tied_share != 1.0 and not np.isnan(iv.separate_upper):
+            parts.append(iv.separate_upper)
+        return float(max(parts))
+
+    @property
     def estimate(self) -> float | None:
         """The maximum-likelihood estimate of the tail ratio A_T."""
         return None if self.interval is None else self.interval.estimate

@@ -188,14 +188,19 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
     if a.size == 0:
         return _Judged(Verdict.WARN, "no replicate with finite errors on both sides", diags)
     observed = observed_tail(a, b, slack=slack, line=thresholds.warn, depth=thresholds.observed_depth)
+    a_fit, b_fit, spacing = _spread_lattices(a, b, seed, thresholds.tied_share)
+    if any(spacing):
+        diags += (diagnostic("lattice_errors", f"cells {spacing[0]:.3g} (prod, spread upwards) / {spacing[1]:.3g} "
+                                               f"(ref, spread downwards) harm units"),)
     a_max = float(a.max())
     if a_max <= slack:
-        within = _within_slack(a, horizon, thresholds, alpha, harm_format, screened, observed)
+        within = _within_slack(a_fit, a_max, float(b.max()), horizon, thresholds, alpha, harm_format, screened,
+                               observed, diags)
         if within is not None:
             return within
         diags += (diagnostic("prod_tail_beyond_slack",
                              f"every prod error is within {slack:g} harm unit (max {a_max:.3g}), but its {horizon:.3g}-"
-                             f"call return level is not bounded within it"),)
+                             f"call return level is not bounded under {slack:g} + {thresholds.warn:g} x ref's largest error"),)
     if not np.any(b > 0):
         if a_max > slack:
             return _Judged(Verdict.FAIL, f"ref matches the oracle exactly in every replicate while prod is off by "
@@ -204,10 +209,6 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
                            observed=observed)
         return _Judged(Verdict.WARN, f"ref matches the oracle exactly in every replicate; prod is within {slack:g} "
                                      f"harm unit on the data but its extrapolated tail is not", diags, observed=observed)
-    a_fit, b_fit, spacing = _spread_lattices(a, b, seed)
-    if any(spacing):
-        diags += (diagnostic("lattice_errors", f"cells {spacing[0]:.3g} (prod, spread upwards) / {spacing[1]:.3g} "
-                                               f"(ref, spread downwards) harm units"),)
     try:
         sides = [exceedances_of(x, thresholds.threshold_quantile, thresholds.min_exceedances) for x in (a_fit, b_fit)]
     except ValueError:
@@ -236,32 +237,43 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
     return _Judged(verdict, reason, diags, iv, stability, confirmation, judged, observed, spacing)
 
 
-def _within_slack(a: np.ndarray, horizon: float, thresholds: VarianceThresholds, alpha: float, harm_format: str,
-                  screened: _Screened, observed: ObservedTail) -> _Judged | None:
-    """Every prod error within the slack: PASS without comparing the tails when prod's own T-call return
-    level is bounded within the slack too (or prod has too few positive errors for a tail: nothing to
-    extrapolate); None when it is not, and the tails must be compared (ref's errors may be far smaller
-    than the slack, and prod's tail may still reach beyond it at the horizon)."""
+def _within_slack(a_fit: np.ndarray, a_max: float, b_max: float, horizon: float, thresholds: VarianceThresholds,
+                  alpha: float, harm_format: str, screened: _Screened, observed: ObservedTail,
+                  diags: tuple[Diagnostic, ...]) -> _Judged | None:
+    """Every prod error within the slack: PASS without comparing the tails when prod's largest error is at
+    most ref's largest (prod is nowhere worse than ref on the data, and per-replicate maxima of rounding
+    errors, bounded near half a unit, are no GPD to extrapolate), or when prod's own T-call
+    return level (on its errors as the fit sees them, ``a_fit``) is bounded at or under ``slack + warn
+    * max b`` (then ``A_T = max(0, r_a - slack) / r_b <= warn`` unless ref's T-call return level is under
+    ref's largest observed error, probability about R/T), or prod has too few positive errors for a tail
+    (nothing to extrapolate). None otherwise: prod's errors are far larger than ref's under the slack and
+    its tail may reach past the PASS line at the horizon, so the tails are compared."""
     slack = thresholds.slack
-    head = (f"prod within {slack:g} harm unit of the oracle in all {a.size} replicates "
-            f"(max {a.max():.3g} {harm_format or 'harm'} ULP)")
+    head = (f"prod within {slack:g} harm unit of the oracle in all {a_fit.size} replicates "
+            f"(max {a_max:.3g} {harm_format or 'harm'} ULP)")
+    if a_max <= b_max:
+        return _Judged(screened.floor, f"{head}, its largest error at most ref's ({b_max:.3g}): no amplification "
+                                       f"to bound", diags, observed=observed)
     try:
-        side = exceedances_of(a, thresholds.threshold_quantile, thresholds.min_exceedances)
+        side = exceedances_of(a_fit, thresholds.threshold_quantile, thresholds.min_exceedances)
     except ValueError:
-        return _Judged(screened.floor, f"{head}, too few positive errors for a tail: nothing to extrapolate",
-                       screened.diagnostics, observed=observed)
+        return _Judged(screened.floor, f"{head}, too few positive errors for a tail: nothing to extrapolate", diags,
+                       observed=observed)
     bound = return_level_upper(side, horizon, alpha)
-    if bound > slack:
+    line = slack + thresholds.warn * b_max  # r_a at or under it: A_T <= warn while r_b >= max b
+    if bound > line:
         return None
-    return _Judged(screened.floor, f"{head}, and its {horizon:.3g}-call return level bounded by {bound:.3g} "
+    against = "" if b_max == 0 else f" <= {slack:g} + {thresholds.warn:g} x ref's largest error ({b_max:.3g})"
+    return _Judged(screened.floor, f"{head}, and its {horizon:.3g}-call return level bounded by {bound:.3g}{against} "
                                    f"(profile likelihood, one-sided {1 - alpha:.5g}): no amplification to bound",
-                   screened.diagnostics, observed=observed)
+                   diags, observed=observed)
 
 
-def _spread_lattices(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
+def _spread_lattices(a: np.ndarray, b: np.ndarray, seed: int,
+                     tied_share: float) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
     """Each side's errors spread within their lattice cells when they are mostly tied (prod upwards, ref
     downwards: the spread tail ratio is at least the lattice one), from a generator on the run's seed."""
-    spacing = (lattice_spacing(a), lattice_spacing(b))
+    spacing = (lattice_spacing(a, tied_share), lattice_spacing(b, tied_share))
     rng = np.random.default_rng([int(seed), _LATTICE_STREAM])
     return (spread_within_cells(a, spacing[0], True, rng), spread_within_cells(b, spacing[1], False, rng),
             spacing)

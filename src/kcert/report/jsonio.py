@@ -149,7 +149,7 @@ def _variance(v: VarianceResult) -> dict:
                        "heterogeneity_level": th.heterogeneity_level, "fail_on": th.fail_on, "slack": th.slack,
                        "separate_fail_level": th.separate_fail_level, "separate_alpha": th.separate_alpha,
                        "observed_level": th.observed_level, "observed_depth": th.observed_depth,
-                       "rare_confidence": th.rare_confidence},
+                       "rare_confidence": th.rare_confidence, "tied_share": th.tied_share},
         "stopping_rule": v.stopping_rule,
         "replicates": v.replicates,
         "looks": list(v.looks),

@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = ["lattice_spacing", "spread_within_cells"]
 
-TIED_SHARE = 0.5  # fewer distinct positive values than this share of their count: a lattice
+TIED_SHARE = 0.5  # the default of VarianceThresholds.tied_share: fewer distinct positive values than this share
 _GAP_FLOOR = 1e-9  # gaps under this fraction of the largest value are rounding noise, not the lattice
 
 

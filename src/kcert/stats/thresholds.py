@@ -112,6 +112,9 @@ class VarianceThresholds:
         That test scans the pooled top ``observed_depth * R`` errors.
     rare_confidence : float, default 0.95
         The confidence of the rare-event statement (the rule of three: a rate of about 3/R at 95 %).
+    tied_share : float, default 0.5
+        A side whose positive errors have fewer distinct values than this share of their count is on a
+        lattice: its errors are spread within their cells before the tail fit.
 
     Raises
     ------
@@ -152,6 +155,9 @@ class VarianceThresholds:
     observed_level: float = 0.05
     observed_depth: float = 0.1  # the scan's depth, a share of R: the top of the pooled errors the tails rest on
     rare_confidence: float = 0.95  # the rule of three's confidence (about 3/R)
+    # a side's positive errors with fewer distinct values than this share of their count are on a lattice and
+    # are spread within their cells before the fit (stats/lattice.py); the tied_exceedances diagnostic's rule
+    tied_share: float = 0.5
 
     def __post_init__(self):
         if self.fail_on not in ("estimate", "bound"):
