@@ -15,7 +15,7 @@ FAMILIES = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss", "b
 # Modules that define controls; importing them fills the registry.
 # A module that is absent (or needs an optional extra that is not installed) is skipped.
 MODULES = ("norms", "rope", "attention", "moe", "activations", "backward", "framework", "compiled", "float32",
-           "opaque", "shapes")
+           "opaque", "opaque_float32", "shapes")
 
 
 @dataclass(frozen=True)
