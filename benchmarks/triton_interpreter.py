@@ -3,7 +3,9 @@
 
 Each kernel runs forward and backward once in float32 on small shapes; the table says whether it ran,
 the first error if not (with the file and line where it was raised), and the largest absolute
-difference of the forward output from its torch reference.
+difference of the forward output from its torch reference. Then the cost of the patches: the opaque
+control ``triton_rms_norm``'s launch (which runs as shipped) called with and without them, alternately,
+15 times each: the median times, their ratio, and whether the outputs are bitwise equal.
 
 Run: TRITON_INTERPRET=1 python benchmarks/triton_interpreter.py   (needs kcert[opaque]: triton, liger-kernel)
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
+import time
 import traceback
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -31,7 +35,8 @@ from liger_kernel.ops.rope import LigerRopeFunction  # noqa: E402
 from liger_kernel.ops.softmax import LigerSoftmaxFunction  # noqa: E402
 from liger_kernel.ops.swiglu import LigerSiLUMulFunction  # noqa: E402
 
-from kcert.adapters.triton import interpreter_compat  # noqa: E402
+from kcert.adapters.triton import interpreter_compat, triton_prod  # noqa: E402
+from kcert.controls import opaque  # noqa: E402
 
 
 def _leaf(*shape, g):
@@ -103,6 +108,24 @@ def main() -> None:
         shipped = run(*kernels(torch.Generator().manual_seed(0))[name], compat=False)
         patched = run(*kernels(torch.Generator().manual_seed(0))[name], compat=True)
         print(f"| {name} | {shipped} | {patched} |")
+    overhead()
+
+
+def overhead(calls: int = 15) -> None:
+    case = opaque.triton_rms_norm()
+    patched, shipped = triton_prod(case.prod.fn, compat=True), triton_prod(case.prod.fn, compat=False)
+    g = torch.Generator().manual_seed(0)
+    kwargs = {n: p.sample(g, "cpu", torch.float32) for n, p in {**case.inputs, **case.weights}.items()}
+    equal = torch.equal(patched(**kwargs), shipped(**kwargs))
+    times: dict = {patched: [], shipped: []}
+    for _ in range(calls):
+        for fn in (patched, shipped):
+            start = time.perf_counter()
+            fn(**kwargs)
+            times[fn].append(time.perf_counter() - start)
+    on, off = statistics.median(times[patched]), statistics.median(times[shipped])
+    print(f"\ntriton_rms_norm launch, median of {calls}: inside interpreter_compat() {on * 1e3:.0f} ms, as shipped "
+          f"{off * 1e3:.0f} ms, ratio {on / off:.2f}; outputs bitwise equal: {equal}")
 
 
 if __name__ == "__main__":

@@ -206,19 +206,18 @@ class _Triton:
         return None
 
 
-class _GlobalsScope:
-    """Patches of a kernel module's globals, undone in reverse order (after triton's own scope)."""
+class _Scope:
+    """A launch's patches: triton's own scope (and those of device functions it adopted), and the kernel
+    modules' globals replaced during the launch; undone in reverse order."""
 
-    def __init__(self, inner):
-        self.inner = inner
+    def __init__(self, inner, on_restore: Callable[[], None] | None = None):
+        self.inner = [inner] if inner is not None else []
         self.changes: list[tuple[dict, str, object]] = []
+        self.on_restore = on_restore
 
     def set(self, namespace: dict, name: str, value) -> None:
         self.changes.append((namespace, name, namespace.get(name, _MISSING)))
         namespace[name] = value
-
-    def set_attr(self, obj, name, value) -> None:
-        self.inner.set_attr(obj, name, value)
 
     def restore(self) -> None:
         while self.changes:
@@ -227,29 +226,82 @@ class _GlobalsScope:
                 namespace.pop(name, None)
             else:
                 namespace[name] = original
-        self.inner.restore()
+        while self.inner:
+            self.inner.pop().restore()
+        if self.on_restore is not None:
+            self.on_restore()
 
 
 _MISSING = object()
 
 
-def _patch_lang(t: _Triton, original):
-    """triton's per-launch patch of triton.language, plus ours (undone with it)."""
+class _LangPatches:
+    """triton's per-launch patch of triton.language (``interpreter._patch_lang``), plus ours.
 
-    def patch(fn):
-        scope = _GlobalsScope(original(fn))
-        tl = t.tl
-        for lang in {id(v): v for v in fn.__globals__.values() if v is tl or v is tl.core}.values():
-            scope.set_attr(lang, "range", t.loop_range)  # loop_bounds, loop_variable
-        scope.set_attr(tl.tensor, "__index__", lambda self: _scalar(self))  # loop_bounds (numpy >= 2.4)
-        scope.set(fn.__globals__, "range", t.loop_range)
-        for key, value in list(fn.__globals__.items()):  # libdevice: names bound by `from ... import tanh`
-            name = t.libdevice_name(value)
-            if name is not None:
-                scope.set(fn.__globals__, key, t.libdevice_call(name))
+    triton patches the language modules again at every device-function call (``tl.sum`` is one), at a
+    cost of milliseconds (it walks every member of ``triton.language``), and never undoes it. Here a
+    device call inside a launch patches only the language modules the launch has not patched yet, into
+    the launch's scope (undone when the launch ends), and replaces its own module's globals for the call."""
+
+    def __init__(self, t: _Triton, original):
+        self.t, self.original = t, original
+        self.launches: list[tuple[set[int], _Scope]] = []  # in progress: the language modules patched, the scope
+        self.bound: dict[int, list[tuple[str, str]]] = {}  # globals dict -> its (key, libdevice name) bindings
+
+    def _langs(self, fn) -> dict[int, object]:
+        tl = self.t.tl
+        return {id(v): v for v in fn.__globals__.values() if v is tl or v is tl.core}
+
+    def _patch_langs(self, scope: _Scope, langs: dict[int, object]) -> None:
+        """Ours, after triton's (which sets its own ``range`` and ``tensor.__index__``)."""
+        for lang in langs.values():
+            scope.inner.append(_AttrScope(lang, "range", self.t.loop_range))  # loop_bounds, loop_variable
+        scope.inner.append(_AttrScope(self.t.tl.tensor, "__index__", _scalar))  # loop_bounds (numpy >= 2.4)
+
+    def _patch_globals(self, scope: _Scope, namespace: dict) -> None:
+        scope.set(namespace, "range", self.t.loop_range)  # the builtin range, as the kernel's code sees it
+        if id(namespace) not in self.bound:  # libdevice: names bound by `from ... import tanh`, found once
+            self.bound[id(namespace)] = [(key, name) for key, value in list(namespace.items())
+                                         if (name := self.t.libdevice_name(value)) is not None]
+        for key, name in self.bound[id(namespace)]:
+            scope.set(namespace, key, self.t.libdevice_call(name))
+
+    def launch(self, fn) -> _Scope:
+        """``interpreter._patch_lang``: what GridExecutor calls for every launch."""
+        langs = self._langs(fn)
+        scope = _Scope(self.original(fn), on_restore=self.launches.pop)
+        self._patch_langs(scope, langs)
+        self._patch_globals(scope, fn.__globals__)
+        self.launches.append((set(langs), scope))
         return scope
 
-    return patch
+    def device(self, fn) -> _Scope:
+        """A device-function call (``InterpretedFunction.__call__``)."""
+        if not self.launches:  # called outside a launch: patch and undo as a launch would
+            return self.launch(fn)
+        covered, launch_scope = self.launches[-1]
+        langs = self._langs(fn)
+        if not set(langs) <= covered:
+            launch_scope.inner.append(self.original(fn))
+            self._patch_langs(launch_scope, langs)
+            covered.update(langs)
+        scope = _Scope(None)
+        self._patch_globals(scope, fn.__globals__)
+        return scope
+
+
+class _AttrScope:
+    """One attribute set until restored."""
+
+    def __init__(self, obj, name: str, value):
+        self.obj, self.name, self.original = obj, name, getattr(obj, name, _MISSING)
+        setattr(obj, name, value)
+
+    def restore(self) -> None:
+        if self.original is _MISSING:
+            delattr(self.obj, self.name)
+        else:
+            setattr(self.obj, self.name, self.original)
 
 
 def _install(t: _Triton):
@@ -267,14 +319,14 @@ def _install(t: _Triton):
             if name in vars(module):
                 saved.append((module, name, vars(module)[name]))
                 setattr(module, name, t.libdevice_call(name))
-    patch_lang = _patch_lang(t, interp._patch_lang)
-    interp._patch_lang = patch_lang
+    patches = _LangPatches(t, interp._patch_lang)
+    interp._patch_lang = patches.launch
     interp._implicit_cvt = t.float_argument(interp._implicit_cvt)
     interp.InterpreterBuilder.create_extern_elementwise = t.extern_elementwise()
 
     def device_call(self, *args, **kwargs):
-        # triton patches triton.language for a device function call and never undoes it; undo ours after it
-        scope = patch_lang(self.fn)
+        # triton patches triton.language for every device function call and never undoes it (_LangPatches)
+        scope = patches.device(self.fn)
         try:
             return self.rewrite()(*args, **kwargs)
         except Exception as exc:
