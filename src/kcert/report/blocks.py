@@ -86,11 +86,19 @@ def _ladder(a: AlgebraResult) -> LadderView | None:
                            tuple((f"{pe:.2g}", "-" if re is None else f"{re:.2g}")
                                  for pe, re in zip(r.prod_error, r.ref_error)))
                   for r in lad.rungs)
-    decisions = tuple(f"{o.output}: {o.outcome}, judged at {o.judged}, K = {o.amplification:.3g} "
-                      f"(<= {lad.rounding_multiple:g} is rounding), resolution {o.resolution:.2g} relative"
-                      for o in lad.outputs if o.judged)
-    return LadderView(lad.oracle, lad.grid, lad.points + lad.wide_points, tuple(o.output for o in lad.outputs),
-                      rungs, decisions)
+    decisions = tuple(_ladder_decision(o, lad) for o in lad.outputs if o.judged)
+    return LadderView(lad.oracle, lad.grid, lad.points + lad.wide_points + lad.small_points,
+                      tuple(o.output for o in lad.outputs), rungs, decisions)
+
+
+def _ladder_decision(o, lad) -> str:
+    computed = f" (computed at {o.internal})" if o.internal and o.internal != o.judged else ""
+    where = f", largest at {o.worst_point}" if o.worst_point and o.outcome in ("FAIL", "WARN") else ""
+    group = " on the small-magnitude points" if o.points == "small" else ""
+    return (f"{o.output}: {o.outcome}, judged at {o.judged}{computed}{group}, K = {fmt(o.amplification, 3)} "
+            f"(<= {lad.rounding_multiple:g} is rounding){where}; resolution{' (from prod - ref)' if o.paired else ''} "
+            f"{o.resolution:.2g} relative = "
+            f"{fmt(o.resolution_harm, 2)} {o.harm_format} harm ULPs at the peak")
 
 
 # --- L0, the bitwise layer --------------------------------------------------------------------------
