@@ -11,8 +11,25 @@ correct kernels must PASS by default; the negatives are algebraic defects of 5 t
 invisible to the bias and variance gates of a bf16 training run (1/300 to 1/10000 of a bf16 ULP):
 only the algebra gate can fail them, from the single float32 rung.
 
-Measured (seed 0, kcert defaults, each control at its declared replicates, one thread): in each
-docstring; tests/test_controls_opaque.py checks the verdicts.
+Measured (seed 0, kcert defaults, each control at its declared replicates, one thread, ``kcert controls
+--control NAME``; tests/test_controls_opaque.py checks the verdicts). K: prod's error over ref's at the
+float32 rung (the float64 rung for the RoPE before issue 22). Before the same-precision comparison (main at
+b38b4f4) every one was "not resolved" (WARN), the RoPE FAILed; with it (issue 22):
+
+=================================================== ========== ================== =====================
+control                                             K          before             with issue 22
+=================================================== ========== ================== =====================
+custom_op_float32_rms_norm                          1.28       WARN               PASS
+custom_op_float32_rms_norm_eps_on_rms               35.6       WARN               FAIL (K 2.5e9 at the
+                                                                                  small-magnitude points)
+cpp_float_gelu_tanh                                 1.0        WARN               PASS
+cpp_float_gelu_tanh_short_constant                  76.4       WARN               FAIL
+triton_float32_layer_norm                           1.04       WARN               PASS
+triton_float32_layer_norm_drops_eps                 31         WARN               FAIL (K 3.7e8 small)
+triton_float32_cross_entropy                        1.19       WARN               PASS
+triton_float32_cross_entropy_smoothing_over_others  126        WARN               FAIL
+triton_float32_rope_long_positions                  4.75e5 f64 FAIL               PASS
+=================================================== ========== ================== =====================
 """
 
 from __future__ import annotations
