@@ -103,7 +103,7 @@ def test_nothing_finer_than_the_harm_unit_is_not_resolved():
     rungs = [rung("float32", 1.2e-7, 1.4e-7), rung("float64", 1.2e-7, 1e-16)]
     d = L.decide(rungs, "float32", "bfloat16")
     assert d.outcome == L.PASS and d.judged == 0 and d.internal == (0, 0)
-    assert d.resolution_harm == pytest.approx(16 * 1.4e-7 / 2.0**-8)
+    assert d.resolution_harm == pytest.approx(16 * 1.2e-7 / 2.0**-8) and d.bound == "oracle"  # prod's own error
     assert L.decide(rungs, "float32", "float32").outcome == L.UNRESOLVED
 
 
@@ -111,10 +111,10 @@ def test_prod_minus_ref_bounds_a_difference_under_a_shared_rounding():
     # RoPE with angles computed at float32 on both sides: each side's error is 1.6e-4 (0.64 of a bf16 harm
     # ULP times 16 is not far below it), but prod and ref round the same angles: prod - ref is 3e-7
     shared = L.decide([L.Rung("float32", "float32", 1.6e-4, 1.6e-4, 3e-7)], "float32", "bfloat16")
-    assert shared.outcome == L.PASS and shared.paired and shared.resolution == pytest.approx(16 * 3e-7)
+    assert shared.outcome == L.PASS and shared.bound == "ref" and shared.resolution == pytest.approx(16 * 3e-7)
     # a RoPE base off by 1e-5 differs from ref by 1.4e-3: within 16x the yardstick, and not resolved
     off = L.decide([L.Rung("float32", "float32", 1.4e-3, 1.6e-4, 1.4e-3)], "float32", "bfloat16")
-    assert off.outcome == L.UNRESOLVED and not off.paired
+    assert off.outcome == L.UNRESOLVED and off.bound == "yardstick"
     # the paired bound never goes below the unit roundoff of the precision the rung computes at: a
     # float32-inside prod bitwise equal to a float32-inside ref at float64 inputs is a float32 computation
     same = L.decide([L.Rung("float32", "float32", 1.6e-4, 1.6e-4, 0.0)], "float32", "bfloat16")
@@ -122,6 +122,15 @@ def test_prod_minus_ref_bounds_a_difference_under_a_shared_rounding():
     saturated = L.decide([L.Rung("float32", "float32", 1.4e-7, 1.4e-7, 0.0),
                           L.Rung("float64", "float64", 1.4e-7, 1.4e-7, 0.0)], "bfloat16")
     assert saturated.internal == (0, 0) and saturated.resolution == pytest.approx(16 * 2.0**-24)
+
+
+def test_prods_own_error_bounds_a_difference_when_it_is_far_more_accurate_than_ref():
+    # prod computes float64 in float64; ref upcasts to float32 whatever its inputs (HF-style): its float64
+    # rung carries float32 errors, but prod's own 2e-16 bounds a difference at float64's rounding
+    d = L.decide([rung("float32", 1.2e-7, 1.4e-7), L.Rung("float64", "float64", 2e-16, 1.4e-7, 1.4e-7)], "float32",
+                 "float32")
+    assert d.outcome == L.PASS and d.judged == 1 and d.bound == "oracle"
+    assert d.resolution == pytest.approx(16 * 2e-16)
 
 
 def test_one_rung_beyond_its_multiple_fails():
@@ -137,7 +146,10 @@ def test_a_fixed_internal_precision_is_judged_against_that_precision():
     # large angles, equal on both sides; float64 inputs make it 8.3e-8: a float32 computation, not a floor
     d = L.decide([rung("float32", 5.35e-5, 5.35e-5), rung("float64", 8.3e-8, 0.0)], "float32", "bfloat16")
     assert d.outcome != L.FAIL and d.internal == (0, 0) and max(d.amplifications) <= 1.0
-    assert d.outcome == L.PASS and d.resolution_harm == pytest.approx(16 * 5.35e-5 / 2.0**-8)
+    # the yardstick alone would resolve 16 x 5.35e-5 (0.22 harm ULP); prod's own float64-rung error, 8.3e-8,
+    # bounds a difference directly
+    assert d.outcome == L.PASS and d.judged == 1 and d.bound == "oracle"
+    assert d.resolution_harm == pytest.approx(16 * 8.3e-8 / 2.0**-8)
     # a kernel that does compute at float64 is judged against float64's yardstick
     d = L.decide([rung("float32", 1.2e-7, 1.4e-7), rung("float64", 2e-16, 0.0)], "float32", "float32")
     assert d.internal == (0, 1) and d.judged == 1 and d.outcome == L.PASS

@@ -76,8 +76,8 @@ class LadderOutputResult:
     of (the judged rung's own, or the coarser precision a saturated rung computes at); ``resolution``
     the relative size (to the output's peak) below which an algebraic difference is not excluded, and
     ``resolution_harm`` the same in unit roundoffs of ``harm_format`` (an upper bound in harm ULPs at
-    the peak; ``paired``: bounded by the observed ``prod - ref`` rather than by the yardstick, see
-    kcert.stats.ladder). ``points``: the point group the outcome rests on ("probe": the probe and wide
+    the peak; ``bound``: what gave it, "yardstick", or prod's own error against the oracle ("oracle")
+    or the observed ``prod - ref`` ("ref") bounding the difference directly: kcert.stats.ladder). ``points``: the point group the outcome rests on ("probe": the probe and wide
     draws; "small": the small-magnitude draws), ``worst_point`` the point where prod's error was largest."""
 
     output: str
@@ -93,7 +93,7 @@ class LadderOutputResult:
     amplifications: tuple[float, ...] = ()  # K per accepted rung, in ladder order
     points: str = "probe"
     worst_point: str = ""
-    paired: bool = False  # the resolution comes from prod - ref itself, not from the yardstick
+    bound: str = "yardstick"  # what gave the resolution: "yardstick", "oracle" or "ref"
 
     @property
     def verdict(self) -> Verdict:

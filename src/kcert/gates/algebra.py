@@ -79,8 +79,17 @@ def _judge(evidence: AlgebraEvidence) -> AlgebraResult:
         skipped = AlgebraResult(Verdict.SKIPPED, "; ".join(evidence.unavailable), "skipped", points, wide_points,
                                 evidence.ref, evidence.prod)
         if evidence.no_oracle is not None:
-            return replace(skipped, reason=f"{skipped.reason}; no precision ladder either: no float64 oracle "
-                                           f"({evidence.no_oracle})")
+            ref_side = next((u for u in evidence.unavailable if u.startswith("ref ")), "")
+            if evidence.prod_opaque:  # nothing about real mode for a prod that is opaque anyway
+                prod_side = f"prod is opaque ({evidence.prod_opaque}), so only the precision ladder could test it"
+            else:
+                prod_side = next((u for u in evidence.unavailable if u.startswith("prod ")), "")
+            tried = "; ".join(x for x in (ref_side or f"ref: {evidence.no_oracle}", prod_side) if x)
+            return replace(skipped, reason=f"no algebra test could run: no float64 oracle for the precision ladder "
+                                           f"to compare prod with: {tried}. What you can do: give the case a "
+                                           f"float64 definition of ref's function (Case(oracle=...)); or accept "
+                                           f"the untested algebra explicitly (Case(accept_untested_algebra=True), "
+                                           f"--accept-untested-algebra)")
         if evidence.ladder is None:
             return skipped  # prod runs in real mode; ref has no oracle: nothing to compare prod with
         return _judge_ladder(evidence.ladder, evidence.dtype, skipped, evidence.training_dtype, evidence.prod_opaque)
@@ -191,7 +200,7 @@ def _judge_output(m: LadderMeasurement, accepted, j: int, name: str, working: st
             worst = m.point_names[max(idx, key=lambda i: rung.prod_point_errors[j][i])]
     return LadderOutputResult(name, d.outcome, rung.dtype, d.amplification, d.resolution, d.yardsticks,
                               by_group[group][d.judged].prod_error, accepted[d.internal[d.judged]].dtype,
-                              d.resolution_harm, harm, d.amplifications, group, worst, d.paired)
+                              d.resolution_harm, harm, d.amplifications, group, worst, d.bound)
 
 
 def _judge_ladder(m: LadderMeasurement, working: str, skipped: AlgebraResult, training: str = "bfloat16",
@@ -264,8 +273,10 @@ def _bound(o: LadderOutputResult, working: str) -> str:
 
 
 def _claim(o: LadderOutputResult) -> str:
-    if o.paired:
+    if o.bound == "ref":
         return "prod - ref itself bounds any algebraic difference at these points to"
+    if o.bound == "oracle":
+        return "prod's own error against the oracle bounds any algebraic difference at these points to"
     return "An algebraic difference would have failed above"
 
 

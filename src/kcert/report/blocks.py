@@ -91,12 +91,15 @@ def _ladder(a: AlgebraResult) -> LadderView | None:
                       tuple(o.output for o in lad.outputs), rungs, decisions)
 
 
+_BOUND_TEXT = {"oracle": " (from prod's own error)", "ref": " (from prod - ref)"}
+
+
 def _ladder_decision(o, lad) -> str:
     computed = f" (computed at {o.internal})" if o.internal and o.internal != o.judged else ""
     where = f", largest at {o.worst_point}" if o.worst_point and o.outcome in ("FAIL", "WARN") else ""
     group = " on the small-magnitude points" if o.points == "small" else ""
     return (f"{o.output}: {o.outcome}, judged at {o.judged}{computed}{group}, K = {fmt(o.amplification, 3)} "
-            f"(<= {lad.rounding_multiple:g} is rounding){where}; resolution{' (from prod - ref)' if o.paired else ''} "
+            f"(<= {lad.rounding_multiple:g} is rounding){where}; resolution{_BOUND_TEXT.get(o.bound, '')} "
             f"{o.resolution:.2g} relative = "
             f"{fmt(o.resolution_harm, 2)} {o.harm_format} harm ULPs at the peak")
 

@@ -173,7 +173,7 @@ def _ladder(lad) -> dict | None:
         "outputs": [{"output": o.output, "outcome": o.outcome, "judged": o.judged,
                      "amplification": number(o.amplification), "resolution": number(o.resolution),
                      "error": number(o.error), "internal": o.internal, "harm_format": o.harm_format,
-                     "resolution_harm": number(o.resolution_harm), "points": o.points, "worst_point": o.worst_point, "paired": o.paired,
+                     "resolution_harm": number(o.resolution_harm), "points": o.points, "worst_point": o.worst_point, "bound": o.bound,
                      "amplifications": [number(v) for v in o.amplifications],
                      "yardsticks": [number(v) for v in o.yardsticks]} for o in lad.outputs],
     }

@@ -24,13 +24,15 @@ lowers. Per output:
    that rounding at the precision the rung computes at does not explain: FAIL (WARN under the identity
    test's fail floor of 1e-9 relative, which only a float64 rung reaches). With one rung this is the
    *same-precision comparison*: prod against ref at the working precision, on the same points.
-4. **Resolution.** Otherwise an algebraic difference, if any, is below ``M`` times the yardstick
-   (relative to the output's peak). Where ref ran at the rung, ``prod - ref`` itself bounds it too: an
-   algebraic difference ``f`` shows in ``prod - ref = f + (prod's rounding - ref's)``, so one of ``M``
-   times the largest observed ``|prod - ref|`` would need the two roundings to differ by ``M - 1``
-   times it at every point, in the direction that hides it. This paired bound is what resolves a
-   kernel whose error is dominated by a rounding ref shares (RoPE angles computed at float32 on both
-   sides): its floor is the unit roundoff of the precision the rung computes at. The rung with the finest resolution
+4. **Resolution.** Otherwise an algebraic difference ``f``, if any, is below ``M`` times the yardstick
+   (relative to the output's peak): a larger one would have failed. The observations bound it
+   directly too: ``prod - oracle = f + prod's rounding`` and, where ref ran at the rung, ``prod - ref
+   = f + (prod's rounding - ref's)``; an ``f`` of ``M`` times the smaller of the two observed maxima
+   would need the roundings to cancel ``M - 1`` times as much, at every point, in the direction that
+   hides it. These direct bounds (floored at the unit roundoff of the precision the rung computes at)
+   are what resolve a prod far more accurate than ref (a float64 kernel against a ref that upcasts to
+   float32) and a kernel whose error is a rounding ref shares (RoPE angles computed at float32 on both
+   sides: each side's error 1.6e-4 relative, prod - ref a few 1e-7). The rung with the finest bound
    is the *judged* one. PASS when that resolution lies far below the harm unit: at most
    :data:`RESOLUTION_HARM_FRACTION` of the harm format's unit roundoff (``resolution / u_harm`` bounds
    the difference in harm ULPs at the output's peak). Otherwise "not resolved": no algebra test finer
@@ -79,9 +81,10 @@ class LadderDecision:
     the finest resolution). ``yardsticks``: per rung, the yardstick prod was judged against;
     ``internal``: per rung, the index of the coarser rung whose precision that yardstick is (the
     rung's own index when it is not saturated). ``amplifications``: K per rung. ``resolution``: at
-    the judged rung, ``M`` times the smaller of the yardstick and the paired bound, relative to the
-    output's peak (``paired``: the paired bound gave it); ``resolution_harm``: the same in units of
-    the harm format's unit roundoff (an upper bound in harm ULPs at the peak)."""
+    the judged rung, ``M`` times the smallest of the yardstick and the direct bounds, relative to the
+    output's peak; ``bound`` says which gave it ("yardstick", "oracle": prod's own error, "ref": the
+    observed ``prod - ref``); ``resolution_harm``: the same in units of the harm format's unit roundoff
+    (an upper bound in harm ULPs at the peak)."""
 
     outcome: str  # PASS, FAIL, WARN or "not resolved"
     judged: int
@@ -90,7 +93,7 @@ class LadderDecision:
     amplifications: tuple[float, ...]
     resolution: float
     resolution_harm: float
-    paired: bool = False
+    bound: str = "yardstick"
 
     @property
     def amplification(self) -> float:
@@ -135,11 +138,14 @@ def decide(rungs: list[Rung], working_dtype: str, harm_dtype: str | None = None,
     ks = tuple(_ratio(r.prod_error, y) for r, y in zip(rungs, yardsticks))
     harm_u = UNIT_ROUNDOFF.get(harm_dtype or working_dtype, UNIT_ROUNDOFF.get(working_dtype, 0.0))
     failing = [i for i, k in enumerate(ks) if k > multiple]
-    # the paired bound's floor: the unit roundoff of the precision the rung computes at (a saturated
+    # the direct bounds' floor: the unit roundoff of the precision the rung computes at (a saturated
     # rung computes at a coarser one: prod and ref bitwise equal there bound a difference to its rounding)
     floors = [rungs[j].unit_roundoff for j in internal]
-    paired = [r.pair_error is not None and max(r.pair_error, f) < y for r, y, f in zip(rungs, yardsticks, floors)]
-    bounds = [max(r.pair_error, f) if p else y for r, y, p, f in zip(rungs, yardsticks, paired, floors)]
+    candidates = [{"yardstick": y, "oracle": max(r.prod_error, f),
+                   **({"ref": max(r.pair_error, f)} if r.pair_error is not None else {})}
+                  for r, y, f in zip(rungs, yardsticks, floors)]
+    sources = [min(c, key=lambda k: (c[k], k != "yardstick")) for c in candidates]  # ties: the yardstick
+    bounds = [c[k] for c, k in zip(candidates, sources)]
     if failing:
         judged = max(failing, key=lambda i: ks[i])
         outcome = FAIL if rungs[judged].prod_error >= fail_floor else WARN
@@ -149,7 +155,8 @@ def decide(rungs: list[Rung], working_dtype: str, harm_dtype: str | None = None,
         outcome = PASS if resolution_harm <= harm_fraction else UNRESOLVED
     resolution = multiple * bounds[judged]
     return LadderDecision(outcome, judged, tuple(yardsticks), tuple(internal), ks, resolution,
-                          resolution / harm_u if harm_u > 0 else math.inf, paired[judged] and not failing)
+                          resolution / harm_u if harm_u > 0 else math.inf,
+                          "yardstick" if failing else sources[judged])
 
 
 _SEVERITY = {PASS: 0, UNRESOLVED: 1, WARN: 2, FAIL: 3}
