@@ -6,7 +6,7 @@ import argparse
 import shlex
 
 from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
-from .certify import integer
+from .options import integer
 from .output import Streams, first_output_problem, write_output
 
 
