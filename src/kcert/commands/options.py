@@ -137,6 +137,11 @@ def check_run_options(args) -> str | None:
     return None
 
 
+def check_threads(args) -> str | None:
+    """Why ``--threads`` cannot work (commands whose other options need no check), or None."""
+    return None if args.threads >= 1 else f"--threads must be an integer >= 1, got {args.threads}"
+
+
 def run_flags(args, defaults: dict) -> list[str]:
     """The options of ``args`` that change the certificate and differ from the command's ``defaults``
     (the reproduce command's flags)."""

@@ -132,9 +132,10 @@ class Session:
             try:
                 cert = self.certify(case, index, remaining, **options_for(case))
             except TimeLimitReached as exc:
+                later = ", ".join(c.name for c in cases[index + 1:])
                 return outcomes, self._stopped(EXIT_TIME_LIMIT, f"--max-time {human(self.args.max_time)} reached in "
-                                                                f"case {case.name!r} after {exc.done} replicates",
-                                               case)
+                                                                f"case {case.name!r} after {exc.done} replicates"
+                                                                + (f" (not started: {later})" if later else ""), case)
             except Terminated:
                 return outcomes, self._stopped(EXIT_TERMINATED, f"terminated (SIGTERM) in case {case.name!r}", case)
             except KeyboardInterrupt:
