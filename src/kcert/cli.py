@@ -133,7 +133,7 @@ def _run(command: Command, args) -> int:
     """``command.run(args)`` under SIGTERM handling, with every way it can end turned into an exit code:
     an interrupt that escaped the command's own handling (130, or 143 for SIGTERM) and an exception
     kcert did not expect (2, with its traceback: a bug to report; never 1, which means a FAIL)."""
-    from .commands.runtime import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, TerminateOnSignal
+    from .commands.runtime import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, TerminateOnSignal, restore_threads
 
     try:
         with TerminateOnSignal():
@@ -152,6 +152,8 @@ def _run(command: Command, args) -> int:
                          "(a bug in kcert or an input it does not check yet; please report it with the traceback "
                          "above)\n")
         return EXIT_ERROR
+    finally:
+        restore_threads()  # main() called from Python leaves torch's threads as it found them
 
 
 def _launched_by_torchrun() -> bool:

@@ -107,7 +107,8 @@ def _run(args, demo: bool) -> int:
                     accept_untested_algebra=args.accept_untested_algebra, adequacy=args.adequacy,
                     peer_rules=args.peer_rules, shapes=args.shapes, bias_thresholds=thresholds)
 
-    outcomes, stop = session.run(cases, options, lambda cert: (render_line if args.quiet else render)(cert, streams.out))
+    show = render_line if args.quiet else render
+    outcomes, stop = session.run(cases, options, lambda cert: show(cert, streams.out))
     certs = [o for _, o in outcomes if not isinstance(o, str)]
     written = session.write_reports(certs, several=len(cases) > 1)
     if demo and stop is None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from . import EXIT_ERROR
 from ..reproduce import command_line
-from .options import add_run_options, advanced_group, check_run_options, integer, run_flags  # noqa: F401 (integer: in __all__)
+from .options import add_run_options, advanced_group, check_run_options, run_flags
+from .options import integer  # noqa: F401 (in __all__: its home before commands.options)
 from .output import STDOUT, Streams, first_output_problem
 
 # kcert.adapters.kernelbench.DEFAULT_BUDGET (not imported from there: it imports torch); a test checks they agree

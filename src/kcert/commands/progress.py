@@ -20,6 +20,7 @@ from .runtime import human
 
 ESTIMATE_AFTER = (3, 2.0)  # replicates and seconds after the first one (its warm-up is left out of the rate)
 ESTIMATE_LATEST = 20.0  # seconds after the first replicate: estimate from whatever finished by then
+LONG_RUN = 3600.0  # seconds: an estimate above this warns even without --max-time (and with --quiet)
 STAGES = {"algebra": "the algebra gate (identity test, symbolic proof or precision ladder)",
           "checks": "the checks after the gates (peer rules, shape sweep, adequacy)"}
 
@@ -121,6 +122,9 @@ class RunProgress:
         text += "; the algebra gate and the checks come on top"
         self.note(text)
         if self.remaining is None:
+            if first > LONG_RUN:
+                self.warn(f"{self.label}: at {rate:.3g} replicates/s the look of {self.planned} replicates needs "
+                          f"~{human(first)}; --max-time bounds a run (it saves the state to continue with --resume)")
             return
         left = self.remaining - (now - self.start)
         if first > left:
@@ -141,7 +145,8 @@ class RunProgress:
         elif self.stage in ("starting", "replicates"):
             line = f"kcert: {self.label}: replicates {self.done} of {self.planned}"
             if self.rate:
-                line += f" ({self.rate:.3g}/s, ~{human(max(self.planned - self.done, 0) / self.rate)} left in this look)"
+                left = human(max(self.planned - self.done, 0) / self.rate)
+                line += f" ({self.rate:.3g}/s, ~{left} left in this look)"
         else:
             stage = STAGES.get(self.stage, self.stage)
             line = f"kcert: {self.label}: {stage} ({human(now - self.stage_start)} in it)"

@@ -17,9 +17,9 @@ import time
 EXIT_TIME_LIMIT, EXIT_INTERRUPTED, EXIT_TERMINATED = 124, 130, 143
 DEFAULT_INTERVAL = 30.0  # seconds between progress lines without a terminal (--progress-every)
 
-# torch's intra-op threads of a run (--threads). 1: on a 2-core machine shared with another job, two
-# threads made the replicates of a light kernel 9-10x slower and of a GEMM 2-4x slower, while alone
-# two threads gained nothing on the light kernel (docs/benchmarks.md, "Threads"; benchmarks/threads.py).
+# torch's intra-op threads of a run (--threads). 1: on the shared 2-core machine two threads made the
+# replicates of a light kernel 4-12x slower and of a GEMM 1.4-1.8x slower (docs/benchmarks.md,
+# "Threads"; benchmarks/threads.py), and one thread keeps a kernel's roundings independent of the cores.
 DEFAULT_THREADS = 1
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -54,11 +54,25 @@ def human(seconds: float) -> str:
     return f"{hours / 24:.1f} days"
 
 
+_CALLER_THREADS: list[int] = []  # torch's thread count before the command set its own
+
+
 def set_threads(threads: int) -> None:
-    """torch's intra-op threads for the rest of the command (kcert's compiled reduction follows them)."""
+    """torch's intra-op threads for the rest of the command (kcert's compiled reduction follows them);
+    :func:`restore_threads` gives the caller's back (``kcert.cli.main`` called from Python)."""
     import torch
 
+    if not _CALLER_THREADS:
+        _CALLER_THREADS.append(torch.get_num_threads())
     torch.set_num_threads(threads)
+
+
+def restore_threads() -> None:
+    """Give torch the thread count it had before :func:`set_threads`, if that was called."""
+    if _CALLER_THREADS:
+        import torch
+
+        torch.set_num_threads(_CALLER_THREADS.pop())
 
 
 class Clock:

@@ -332,8 +332,9 @@ class Runner:
                 if tuple(o.shape) != layout.shape:
                     raise KernelError(f"{where}: {layout.name} of the oracle has shape {tuple(o.shape)}, expected {layout.shape}")
                 if not o.is_floating_point() or o.device.type != self.device.type:
-                    raise KernelError(f"{where}: {layout.name} of the oracle is a {str(o.dtype).removeprefix('torch.')} "
-                                      f"tensor on {o.device}; the oracle must return floating values on {self.device}")
+                    kind = str(o.dtype).removeprefix("torch.")
+                    raise KernelError(f"{where}: {layout.name} of the oracle is a {kind} tensor on {o.device}; the "
+                                      f"oracle must return floating values on {self.device}")
             labels = None
             if isinstance(layout.spec, Labels):
                 labels = bucket_labels(layout.spec, draw.working, self.weights.working, a, f"{where}, {layout.name}")

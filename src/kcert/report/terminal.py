@@ -197,8 +197,8 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
 def render_line(cert: Certificate, console: Console) -> None:
     """One line per certificate (``--quiet``): the verdict, the case, each gate's verdict and the time."""
     gates = " · ".join(f"{g} {v.value}" for g, v in cert.gates.items())
-    console.print(Text.assemble(_verdict(cert.verdict), f"  {cert.case}  ({gates}; {cert.provenance.wall_time_s:.1f} s)"),
-                  soft_wrap=True, highlight=False)
+    line = Text.assemble(_verdict(cert.verdict), f"  {cert.case}  ({gates}; {cert.provenance.wall_time_s:.1f} s)")
+    console.print(line, soft_wrap=True, highlight=False)
 
 
 def render_summary(outcomes, exit_code: int, deciders, why: str, console: Console) -> None:

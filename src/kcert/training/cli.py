@@ -88,7 +88,8 @@ def run(args) -> int:
 
     set_threads(args.threads)
     interval = (0.0 if args.quiet else DEFAULT_INTERVAL) if args.progress_every is None else args.progress_every
-    state = {"label": "starting", "done": 0, "total": 0, "start": time.monotonic()}
+    state = {"label": "preparing (the case, the certificate the prediction reads)", "done": 0, "total": 0,
+             "start": time.monotonic()}
 
     def describe() -> str:
         elapsed = time.monotonic() - state["start"]

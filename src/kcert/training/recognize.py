@@ -126,7 +126,8 @@ def _one_input(call, x: str, value: torch.Tensor, out: torch.Tensor) -> Recogniz
         return Recognized("activation", {"x": x})
     if value.dim() == 2 and float(out.min()) >= 0:
         return Recognized("router_logits", {"router_logits": x})
-    return "one input and no weight, but ref is neither elementwise (an activation) nor non-negative over 2-D logits (a router)"
+    return ("one input and no weight, but ref is neither elementwise (an activation) nor non-negative over 2-D "
+            "logits (a router)")
 
 
 def _norm(call, x: str, value: torch.Tensor, vectors: list[str], weights: dict, out: torch.Tensor) -> Recognized | str:
