@@ -13,6 +13,7 @@ import datetime as _dt
 import os
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -267,17 +268,14 @@ class _Clock:
     def event(self, kind: str, **detail) -> None:
         self.on_event(kind, detail)
 
+    @contextmanager
     def measure(self, stage: str):
-        clock = self
-
-        class _Measure:
-            def __enter__(self):
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock.seconds[stage] = clock.seconds.get(stage, 0.0) + time.perf_counter() - self.start
-
-        return _Measure()
+        """Add the seconds the ``with`` block takes to ``stage``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
 
     def timings(self) -> dict[str, float]:
         return {stage: round(self.seconds[stage], 6) for stage in self.STAGES if stage in self.seconds}
