@@ -591,6 +591,8 @@ class Provenance:
     environment: dict
     date: str
     wall_time_s: float
+    timings: dict = field(default_factory=dict)  # seconds per stage (replicates, algebra, bias, ...)
+    resumed: dict | None = None  # a resumed run: its checkpoint and the replicates it took from it
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ class ControlResult:
             if f:
                 f = f[0]
                 return f"bias: {f.effect_ulp:.2g} ULP, z {f.z:+.3g} at {f.label} ({f.statistic})"
-        return "bias: no significant bucket"
+        return "bias: no bucket WARN or FAIL"
 
 
 @dataclass(frozen=True)

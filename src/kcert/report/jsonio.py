@@ -265,11 +265,17 @@ def to_dict(cert: Certificate) -> dict:
             "environment": p.environment,
             "date": p.date,
             "wall_time_s": p.wall_time_s,
+            "timings": {stage: seconds for stage, seconds in p.timings.items()},
+            "resumed": p.resumed,
         },
     }
 
 
-def dumps(certs: list[Certificate]) -> str:
-    """One object for one case, an array when several cases ran."""
-    payload = to_dict(certs[0]) if len(certs) == 1 else [to_dict(c) for c in certs]
+def dumps(certs: list[Certificate], several: bool | None = None) -> str:
+    """The JSON report (docs/json-schema.md, "One object or an array"): the certificate object when the
+    command certified one case, an array of certificate objects, in run order, when it certified
+    several (``several``; default: more than one certificate given), also when only one of them
+    ended with a certificate."""
+    several = len(certs) > 1 if several is None else several
+    payload = [to_dict(c) for c in certs] if several else to_dict(certs[0])
     return json.dumps(payload, indent=1, allow_nan=False)
