@@ -1,7 +1,7 @@
 """The L2 study of docs/training-graph.md: every training-step control, every configuration.
 
 Certifies each control of the family ``step`` (src/kcert/controls/step.py) with
-``kcert.certify_step`` at its declared replicates (256), seed 0, as ``kcert controls --family step``
+``kcert.certify_step`` at its declared replicates (negatives 128, positives 256), seed 0, as ``kcert controls --family step``
 does, and prints Markdown tables: per control and configuration, the gates, the verdict, what the
 diagnosis names (loss, gradient, grad norm and the parameters whose diagnosis differs) and the
 sweep's configuration dependence; then the cost of every configuration (launching the ranks, ref,
@@ -92,7 +92,8 @@ def main() -> None:
               f"({results[-1].seconds:.0f} s)", flush=True)
     wall = time.perf_counter() - started
     tables = study_tables(results)
-    header = (f"`python benchmarks/training_graph.py` (seed 0, 256 replicates per configuration, "
+    header = (f"`python benchmarks/training_graph.py` (seed 0, each control's declared replicates per configuration "
+              f"(negatives 128, positives 256; the variance gate may look up to 4x), "
               f"{len(controls)} controls, {wall / 60:.1f} min wall on {platform.machine()} with "
               f"{os.cpu_count()} cores, torch {torch.__version__}, OMP_NUM_THREADS="
               f"{os.environ.get('OMP_NUM_THREADS', 'unset')})")

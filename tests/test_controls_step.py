@@ -25,12 +25,12 @@ NEGATIVES = {
 POSITIVES = {"hf_token_weighted_accumulation", "data_context_parallel_token_weighted", "megatron_sequence_parallel"}
 # What each negative's diagnosis must name (at a configuration that FAILs), and where the sweep separates.
 NAMES = {
-    "hf_token_mean_per_micro_batch": ("grad", "mean of micro-batch means"),
+    "hf_token_mean_per_micro_batch": ("grad", "micro-batches of each micro-batch's own token mean"),
     "swift_partial_window_divided_by_configured_steps": ("grad", "micro-batches in the window / accumulation steps"),
     "dp_all_reduce_average_where_sum": ("grad", "1 / world size"),
-    "dp_mean_of_rank_means": ("grad", "mean of rank means"),
+    "dp_mean_of_rank_means": ("grad", "the mean over the 2 ranks of each rank's own mean"),
     "tp_row_parallel_bias_on_every_rank": (None, "world > 1"),
-    "sp_norm_grad_not_all_reduced": ("grad.norm1.weight", "sequence chunk 0's share alone"),
+    "sp_norm_grad_not_all_reduced": ("grad.norm1.weight", "sequence chunk 0's share of the batch's token sum alone"),
     "tp_grad_norm_from_rank_shard": ("grad_norm", "rank 0's own shards alone"),
     "moe_aux_loss_per_micro_batch": (None, "accumulation > 1"),
 }

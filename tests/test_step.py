@@ -191,3 +191,18 @@ def test_command_line_certifies_a_step_file(tmp_path, capsys):
     assert "--config k=2" in payload["command"]
     assert main(["step", EXAMPLES, "--config", "k=zero"]) == 2
     assert "must be an integer" in capsys.readouterr().err
+
+
+def no_real_mode(model, ctx):
+    if ctx.real is not None:
+        raise RuntimeError("this step has a float32-only kernel")
+    return token_weighted(model, ctx)
+
+
+def test_a_step_that_cannot_run_in_real_mode_skips_the_algebra_gate_and_keeps_its_ranks():
+    # the ranks raise in real mode (the identity test): prod is opaque there, the precision ladder runs (the
+    # ranks refuse other precisions than their own, so it cannot resolve), fresh ranks finish the run
+    result = kcert.certify_step(step(no_real_mode), replicates=16, max_replicates=16, diagnosis_replicates=0)
+    cert = result.configs[0].certificate
+    assert cert.gates["algebra"] is Verdict.SKIPPED and "not resolved" in cert.algebra.reason
+    assert cert.provenance.replicates == 16 and Verdict.FAIL not in cert.gates.values()

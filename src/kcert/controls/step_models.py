@@ -207,13 +207,15 @@ def hf_llama():
 
 
 def hf_mixtral():
-    """A one-layer Mixtral (transformers' MixtralForCausalLM): 4 experts, top 2, random weights."""
+    """A one-layer Mixtral (transformers' MixtralForCausalLM): 4 experts, top 2, random weights; the
+    experts run as transformers' eager loop (its default ``grouped_mm`` kernel refuses float64, so
+    real mode, the oracle, could not run it)."""
     from transformers import MixtralConfig, MixtralForCausalLM
 
     config = MixtralConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=1,
                            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
                            num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.1,
-                           tie_word_embeddings=False)
+                           tie_word_embeddings=False, experts_implementation="eager")  # grouped_mm has no float64
     return MixtralForCausalLM(config)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..backward import _backward as engine_backward  # autograd's engine entry (see kcert.backward)
-from ..errors import KernelError
+from ..errors import KernelError, RealModeUnsupported
 from ..execution import rounding
 from .batch import plan, rank_cells, unpack
 from .config import StepConfig
@@ -122,13 +122,17 @@ class RankStep:
         self.step, self.config, self.params, self.layout = step, config, params, layout
         self.pool, self.timing = pool, timing
         self.disagreement: dict[str, float] = {}
+        self.real_refused: dict[str, str] = {}  # real-mode dtype -> why the step could not run there
         self.__name__ = f"prod step of {step.name!r} at {config.label}"
 
     def __call__(self, batch: torch.Tensor, **weights) -> tuple[torch.Tensor, ...]:
         real = real_dtype()
         real_name = None if real is None else str(real).removeprefix("torch.")
         # the messages are kcert's own bookkeeping: an enclosing real mode stands aside
+        if real_name in self.real_refused:  # it failed there once: the same step fails again
+            raise RealModeUnsupported(self.real_refused[real_name])
         with self.timing.time("prod_real" if real is not None else "prod"), rounding.bypass():
+            self._check_weights(weights, real)
             stack = batch if batch.dim() == 4 else batch.unsqueeze(0)
             ignore = self.step.batch.ignore_index
             batches = [unpack(b, ignore) for b in stack]
@@ -136,11 +140,27 @@ class RankStep:
             for b in batches:
                 for rank, job in enumerate(self.jobs(b, real_name)):
                     per_rank[rank].append(job)
-            answers = self.pool.run(per_rank)  # one message round for the whole stack
+            try:
+                answers = self.pool.run(per_rank)  # one message round for the whole stack
+            except RealModeUnsupported as exc:
+                self.real_refused[real_name] = str(exc)
+                raise
             outs = [self._assemble([a[i] for a in answers], real is not None) for i in range(len(batches))]
         if batch.dim() == 3:
             return outs[0]
         return tuple(torch.stack(list(parts)) for parts in zip(*outs))
+
+    def _check_weights(self, weights: dict, real) -> None:
+        """The ranks hold the run's parameters: a call with other values (a precision ladder's rung
+        rounds them) cannot be evaluated there; in real mode the values must be the run's exactly."""
+        for name, w in zip(self.params.names, self.params.weights):
+            own, given = self.params.values[name], weights[w]
+            same = torch.equal(given, own.to(given.dtype)) if real is not None else (
+                given.dtype == own.dtype and torch.equal(given, own))
+            if not same:
+                raise KernelError(f"step {self.step.name!r}: prod's ranks hold the run's parameters; this call passes "
+                                  f"{name!r} as {given.dtype} with other values (a precision ladder's rung): the "
+                                  f"step runs at its own precision only")
 
     def jobs(self, batch: dict, real: str | None) -> list[dict]:
         """Rank ``r``'s job for one batch: its micro-batches."""

@@ -20,7 +20,7 @@ import weakref
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from ..errors import KernelError, ParameterError
+from ..errors import KernelError, ParameterError, RealModeUnsupported
 from .worker import RankSpec, dumps, loads, main
 
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -60,6 +60,8 @@ class RankPool:
         self.conns: list = []
         self.folder: str | None = None
         self.broken: str | None = None
+        self.stale = False  # a real-mode job failed: the ranks are restarted before the next job
+        self.restarts = 0
         self.seconds = 0.0  # wall time spent waiting for the ranks' answers
         self.jobs = 0
         self._finalizer = None
@@ -78,7 +80,10 @@ class RankPool:
         spec = RankSpec(store=str(Path(self.folder) / "store"), timeout_s=self.timeout_s, **self.fields)
         for rank in range(self.world):
             parent, child = ctx.Pipe(duplex=True)
-            process = ctx.Process(target=main, args=(rank, self.world, spec, child), daemon=True,
+            # a forked rank inherits the parent's ends of its pipe and of the earlier ranks': it closes
+            # them, so that it reads end-of-file when the parent dies instead of waiting forever
+            inherited = [*self.conns, parent] if self.method == "fork" else []
+            process = ctx.Process(target=main, args=(rank, self.world, spec, child, inherited), daemon=True,
                                   name=f"kcert-rank-{rank}")
             try:
                 process.start()
@@ -98,6 +103,13 @@ class RankPool:
                 raise KernelError(f"{self.where}: rank {rank} could not start: {_error_text(answer)} (if gloo cannot "
                                   f"reach this machine's own address, set GLOO_SOCKET_IFNAME=lo)")
 
+    def restart(self) -> None:
+        """Stop every rank and start a fresh pool (the same spec)."""
+        self._finalizer()
+        self.processes, self.conns, self.broken, self.stale = [], [], None, False
+        self.restarts += 1
+        self.start()
+
     def close(self) -> None:
         if self._finalizer is None or not self._finalizer.alive:
             return
@@ -116,6 +128,8 @@ class RankPool:
         """Send rank ``r`` the jobs ``jobs[r]`` (one per replicate); every rank's answers, in rank order."""
         if self.broken is not None:
             raise KernelError(f"{self.where}: the ranks were stopped after an earlier failure: {self.broken}")
+        if self.stale:
+            self.restart()
         started = time.perf_counter()
         for conn, job in zip(self.conns, jobs):
             conn.send(("job", dumps(job)))
@@ -127,6 +141,12 @@ class RankPool:
             rank = min(failed, key=lambda r: _blame(answers[r], r))
             stuck = [r for r in failed if answers[r][0] == "silent" and r != rank]
             also = f"; ranks {stuck} were still waiting (in a collective?) and were stopped" if stuck else ""
+            kind, payload = answers[rank]
+            real = payload.get("real") if kind == "error" else None
+            if real is not None:  # the step cannot run in real mode: the algebra gate decides without it
+                self.stale = True  # the other ranks may wait in a collective: fresh ones for the next job
+                raise RealModeUnsupported(f"{self.where}: prod's step raised on rank {rank} when run in real mode "
+                                          f"({real}): {_error_text(answers[rank])}")
             self.broken = f"rank {rank}: {_error_text(answers[rank])}{also}"
             self._finalizer()
             raise KernelError(f"{self.where}: prod's step failed on rank {rank} of {self.world}: "

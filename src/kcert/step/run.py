@@ -33,7 +33,8 @@ def certify_config(step: Step, config: StepConfig, module: torch.nn.Module, para
         seconds, calls = dict(built.timing.seconds), dict(built.timing.calls)  # the certification's own
         diagnosed_at = time.perf_counter()
         diagnoses = ()
-        if cert.verdict is not Verdict.PASS and diagnosis_replicates:
+        # the diagnosis evaluates the oracle: not when ref could not run in real mode
+        if cert.verdict is not Verdict.PASS and diagnosis_replicates and cert.variance_skipped_reason is None:
             diagnoses = diagnose(step, config, built, params, seed, diagnosis_replicates)
         diagnose_s = time.perf_counter() - diagnosed_at
     cost = Cost(launch_s=launched, certify_s=certify_s, diagnose_s=diagnose_s, total_s=time.perf_counter() - started,

@@ -134,10 +134,28 @@ def _returned(out, want_norm: bool, rank: int):
     return take(loss), take(norm) if want_norm else None
 
 
-def main(rank: int, world: int, spec: RankSpec, conn) -> None:
-    """The process of one rank (the target of the pool's processes)."""
+def _fresh_state() -> None:
+    """Undo what a fork copies of the parent's thread: a torch-function mode on the stack (the pool may
+    restart while the parent evaluates the step in real mode), real mode's bookkeeping (a bypass count
+    would make the rank's own real mode stand aside), the default dtype, the grad mode."""
+    from ..execution import rounding
+
+    while torch._C._len_torch_function_stack() > 0:
+        torch._C._pop_torch_function_stack()
+    rounding.real_mode_state.bypass = 0
+    rounding.real_mode_state.dtypes = []
+    torch.set_default_dtype(torch.float32)
+    torch.set_grad_enabled(True)
+
+
+def main(rank: int, world: int, spec: RankSpec, conn, inherited=()) -> None:
+    """The process of one rank (the target of the pool's processes); ``inherited``: the parent's pipe
+    ends a fork copied, closed here."""
     import torch.distributed as dist
 
+    for other in inherited:
+        other.close()
+    _fresh_state()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
     os.environ.setdefault("OMP_NUM_THREADS", str(spec.threads))
     worker = _Rank(rank, world, spec)
@@ -155,10 +173,15 @@ def main(rank: int, world: int, spec: RankSpec, conn) -> None:
                 break
             if message[0] == "stop":
                 break
+            jobs = loads(message[1])
             try:
-                conn.send(("ok", dumps([worker.run(job) for job in loads(message[1])])))
+                answer = ("ok", dumps([worker.run(job) for job in jobs]))
             except Exception as exc:  # noqa: BLE001 - the user's step raised: the parent names it
-                conn.send(("error", describe_error(exc)))
+                answer = ("error", {**describe_error(exc), "real": jobs[0]["real"] if jobs else None})
+            try:
+                conn.send(answer)
+            except OSError:  # the parent went away
+                break
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
