@@ -128,9 +128,9 @@ class RankStep:
     def __call__(self, batch: torch.Tensor, **weights) -> tuple[torch.Tensor, ...]:
         real = real_dtype()
         real_name = None if real is None else str(real).removeprefix("torch.")
-        # the messages are kcert's own bookkeeping: an enclosing real mode stands aside
         if real_name in self.real_refused:  # it failed there once: the same step fails again
             raise RealModeUnsupported(self.real_refused[real_name])
+        # the messages are kcert's own bookkeeping: an enclosing real mode stands aside
         with self.timing.time("prod_real" if real is not None else "prod"), rounding.bypass():
             self._check_weights(weights, real)
             stack = batch if batch.dim() == 4 else batch.unsqueeze(0)
