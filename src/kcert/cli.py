@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _commands() -> list[Command]:
     # command modules are light at import; each run imports what it needs
-    from .commands import calibrate, certify, compare, controls, kernelbench
+    from .commands import calibrate, certify, compare, controls, kernelbench, step
     from .training import cli as training_cli
 
     return [
@@ -65,6 +65,8 @@ def _commands() -> list[Command]:
                 kernelbench.add_arguments, kernelbench.run),
         Command("train-compare", "train a small model with ref's kernel and with prod's, paired by seed: does "
                 "training differ?", training_cli.add_arguments, training_cli.run),
+        Command("step", "certify a training step across gradient accumulation, ranks and loss aggregation (L2)",
+                step.add_arguments, step.run),
     ]
 
 
