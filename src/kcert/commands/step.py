@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 
 from . import DEFAULT_HORIZON, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
-from .certify import integer
+from .options import check_threads, integer
+from .runtime import DEFAULT_THREADS, set_threads
 from .output import STDOUT, Streams, first_output_problem, write_output
 
 EPILOG = ("--config takes k (accumulation steps), window (micro-batches present, <= k), n (ranks) and split "
@@ -35,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how the ranks start (default fork where available)")
     p.add_argument("--rank-timeout", type=float, default=300.0, metavar="S",
                    help="seconds a rank may take to start or to answer one step (default 300)")
+    p.add_argument("--threads", type=integer, default=DEFAULT_THREADS, metavar="N",
+                   help=f"torch threads of this process (default {DEFAULT_THREADS}, as kcert certify); each rank runs one")
     p.add_argument("--json", metavar="OUT", help="write the JSON report (kcert.step-certificate/1); '-' for stdout")
     p.add_argument("--html", metavar="OUT", help="write the HTML report; '-' for stdout")
     p.epilog = EPILOG
@@ -42,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args) -> str | None:
+    problem = check_threads(args)
+    if problem:
+        return problem
     if args.json == STDOUT and args.html == STDOUT:
         return "--json - and --html - cannot both write to stdout; give one of them a file name"
     return None
@@ -64,6 +70,7 @@ def run(args) -> int:
     if problem:
         streams.error(problem)
         return EXIT_ERROR
+    set_threads(args.threads)
     from ..errors import KcertError
     from ..report import step as render
     from ..step import certify_step
