@@ -8,7 +8,8 @@ was chosen on this set; the opaque controls (``kcert controls --family opaque``)
 
 ``one-precision``: the opaque negative controls restricted to their working precision (one rung: no
 algebra test can run), certified at their declared replicates: what the bias and variance gates
-alone decide, i.e. what accepting an untested algebra would let through.
+alone decide, i.e. what accepting an untested algebra would let through, and what the one-rung
+algebra test (the same-precision comparison) decides.
 
 Run: python benchmarks/precision_ladder.py [tuning] [one-precision] [--dtype bfloat16 float32]
 [--rungs default one all] [--only NAME ...] [--dump errors.json]
@@ -288,7 +289,7 @@ def tuning(dtype: torch.dtype, rungs_mode: str, only: list[str], dump: list | No
 def one_precision(only: list[str]) -> None:
     from kcert.controls.registry import all_controls
 
-    print(f"{'opaque negative':40s} algebra  bias  variance  verdict (one rung)  verdict if accepted")
+    print(f"{'opaque negative':40s} algebra  bias  variance  verdict (one rung)  if accepted  ladder")
     for control in all_controls():
         if control.family != "opaque" or control.kind != "negative" or (only and control.name not in only):
             continue
@@ -297,8 +298,12 @@ def one_precision(only: list[str]) -> None:
         cert = kcert.certify(case, replicates=control.replicates, seed=0)
         accepted = kcert.certify(case, replicates=control.replicates, seed=0, accept_untested_algebra=True)
         g = cert.gates
+        judged = [o for o in cert.algebra.ladder.outputs if o.judged] if cert.algebra.ladder is not None else []
+        worst = max(judged, key=lambda o: (o.verdict.severity, o.amplification), default=None)
+        ladder_text = (f"{worst.outcome} at {worst.judged}, K {worst.amplification:.3g}, "
+                       f"resolution {worst.resolution_harm:.2g} harm ULP" if worst else "no rung")
         print(f"{control.name:40s} {g['algebra'].value:8s} {g['bias'].value:5s} {g['variance'].value:9s} "
-              f"{cert.verdict.value:19s} {accepted.verdict.value}", flush=True)
+              f"{cert.verdict.value:19s} {accepted.verdict.value:10s} {ladder_text}", flush=True)
 
 
 def main() -> None:
