@@ -1,6 +1,7 @@
 """The training-step controls (family ``step``, L2): structure, the mechanisms in one process, and
 (``-m controls``) the whole family against the bar, each negative FAILing with its configuration
-dependence named and each positive PASSing at every configuration of its sweep.
+dependence named and each positive PASSing at every configuration of its sweep (in CI a subset:
+``KCERT_STEP_FAMILY=all`` runs every control of the family).
 
 The default suite checks the declarations and the models' parallel layers without ranks (one rank's
 world, where a step's collectives are identities); the 2-rank CI case is tests/test_step.py."""
@@ -96,9 +97,20 @@ def test_one_rank_tensor_parallel_layers_are_the_model():
     assert torch.equal(ctx_logits, model(batch["input_ids"]))
 
 
+# Under `-m controls` (CI): one negative of each half and the cheaper positive, about a fifth of the
+# family's cost (the whole family took 23.5 min on the shared 2-core machine). The whole family runs in
+# `kcert controls` (docs/controls.md) and benchmarks/training_graph.py (docs/training-graph.md); this
+# test checks all of it with KCERT_STEP_FAMILY=all.
+CI_SUBSET = ("hf_token_mean_per_micro_batch", "dp_all_reduce_average_where_sum", "data_context_parallel_token_weighted")
+
+
 @pytest.mark.controls
 def test_the_family_meets_its_bar_and_names_the_configuration_dependence():
-    results = run_controls(list(_controls().values()), seed=0)
+    import os
+
+    controls = _controls()
+    names = list(controls) if os.environ.get("KCERT_STEP_FAMILY") == "all" else CI_SUBSET
+    results = run_controls([controls[n] for n in names], seed=0)
     for r in results:
         name = r.control.name
         assert r.error is None and r.step is not None, (name, r.error)
