@@ -20,8 +20,8 @@ SAME_F32 = "same-precision comparison at float32"
 # Measured (seed 0): verdict and the algebra level reached; recorded in the docstrings and in
 # docs/method.md ("The precision ladder").
 MEASURED = {
-    "custom_op_numpy_eps_on_rms": ("FAIL", "precision ladder (float32 vs bfloat16)"),
-    "custom_op_numba_layer_norm_drops_eps": ("FAIL", "precision ladder (float32 vs bfloat16)"),
+    "custom_op_numpy_eps_on_rms": ("FAIL", "precision ladder (bfloat16 vs float32)"),
+    "custom_op_numba_layer_norm_drops_eps": ("FAIL", "precision ladder (bfloat16 vs float32)"),
     "cpp_extension_gelu_tanh_for_erf": ("FAIL", "precision ladder (float32 vs bfloat16)"),
     "cpp_extension_gelu_wrong_constant": ("FAIL", "precision ladder (float32 vs bfloat16)"),
     "triton_rms_norm_eps_on_rms": ("FAIL", "precision ladder (float32 vs float64)"),
