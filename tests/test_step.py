@@ -67,7 +67,7 @@ def test_two_gloo_ranks_certify_a_correct_data_parallel_step():
     assert config.config.world == 2 and result.verdict is not Verdict.FAIL
     assert config.certificate.gates["algebra"] is Verdict.PASS  # real mode ran on the ranks too (float64 steps)
     assert set(dict(config.rank_disagreement).values()) == {0.0}  # every rank holds the reduced gradients
-    assert config.cost.calls["prod_real"] == 32  # the identity test's 16 points at float64 and float32
+    assert config.cost.calls["prod_real"] == 40  # the identity test's 20 points at float64 and float32
     assert config.cost.calls["prod"] < 128  # replicates travel in stacks: far fewer message rounds than replicates
 
 
@@ -201,8 +201,9 @@ def no_real_mode(model, ctx):
 
 def test_a_step_that_cannot_run_in_real_mode_skips_the_algebra_gate_and_keeps_its_ranks():
     # the ranks raise in real mode (the identity test): prod is opaque there, the precision ladder runs (the
-    # ranks refuse other precisions than their own, so it cannot resolve), fresh ranks finish the run
+    # ranks compute a bf16 step whatever they are given: a same-precision comparison at bfloat16, whose bound
+    # is far above a quarter of a harm ULP, so it cannot resolve), fresh ranks finish the run
     result = kcert.certify_step(step(no_real_mode), replicates=16, max_replicates=16, diagnosis_replicates=0)
     cert = result.configs[0].certificate
-    assert cert.gates["algebra"] is Verdict.SKIPPED and "not resolved" in cert.algebra.reason
+    assert cert.gates["algebra"] is Verdict.SKIPPED and "above the 0.25 harm ULP" in cert.algebra.reason
     assert cert.provenance.replicates == 16 and Verdict.FAIL not in cert.gates.values()
