@@ -101,11 +101,13 @@ def select(items: list, names: list[str] | None, path: str | Path, kind: str = "
     return [seen[n] for n in names]
 
 
-def _cases_in(value) -> list[Case]:
-    if isinstance(value, Case):
+def instances_in(value, kind: type) -> list:
+    """``value`` itself when it is a ``kind``, or the ``kind`` items of a list or tuple (how a case or
+    step file exports its cases or steps)."""
+    if isinstance(value, kind):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [v for v in value if isinstance(v, Case)]
+        return [v for v in value if isinstance(v, kind)]
     return []
 
 
@@ -128,7 +130,7 @@ def _declared_cases(module, path: Path) -> tuple[list[Case], str]:
         missing = [n for n in exported if n not in namespace]
         if missing:
             raise CaseFileError(f"{where}: __all__ names {', '.join(map(repr, missing))}, which the file does not define")
-        cases = _unique(c for n in exported for c in _cases_in(namespace[n]))
+        cases = _unique(c for n in exported for c in instances_in(namespace[n], Case))
         if not cases:
             raise CaseFileError(f"{where}: __all__ names no kcert.Case (nor a list of them)")
         return cases, "__all__"
@@ -140,5 +142,5 @@ def _declared_cases(module, path: Path) -> tuple[list[Case], str]:
             raise CaseFileError(f"{where}: the module-level `cases` must be a non-empty list of kcert.Case, "
                                 f"got {kinds}")
         return _unique(listed), "cases"
-    cases = _unique(c for value in namespace.values() for c in _cases_in(value))
+    cases = _unique(c for value in namespace.values() for c in instances_in(value, Case))
     return cases, "module"

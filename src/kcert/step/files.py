@@ -5,18 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..casefile import import_file, select
+from ..casefile import import_file, instances_in, select
 from ..errors import CaseError, CaseFileError
 from .config import SPLITS, StepConfig
 from .spec import Step
-
-
-def _steps_in(value) -> list[Step]:
-    if isinstance(value, Step):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [v for v in value if isinstance(v, Step)]
-    return []
 
 
 def load_steps(path: str | Path, names: list[str] | None = None) -> list[Step]:
@@ -26,11 +18,11 @@ def load_steps(path: str | Path, names: list[str] | None = None) -> list[Step]:
     module = import_file(path, "step file")
     namespace = vars(module)
     if "__all__" in namespace:
-        found = [s for n in namespace["__all__"] if n in namespace for s in _steps_in(namespace[n])]
+        found = [s for n in namespace["__all__"] if n in namespace for s in instances_in(namespace[n], Step)]
     elif "steps" in namespace:
-        found = _steps_in(namespace["steps"])
+        found = instances_in(namespace["steps"], Step)
     else:
-        found = [s for value in namespace.values() for s in _steps_in(value)]
+        found = [s for value in namespace.values() for s in instances_in(value, Step)]
     unique = [s for i, s in enumerate(found) if all(s is not o for o in found[:i])]
     if not unique:
         raise CaseFileError(f"step file {str(path)!r} defines no kcert.Step at module level")
