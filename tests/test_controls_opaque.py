@@ -13,6 +13,7 @@ from kcert.controls import opaque, opaque_float32, registry
 from kcert.controls.registry import all_controls, not_runnable
 from kcert.execution.ladder import relative_error
 from kcert.verdict import Verdict
+from kernels import as_outputs, draw_float32
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -118,15 +119,6 @@ def _differs_on_the_ladder(cert) -> bool:
 # --- the float32-only kernels themselves (fast: no certification) ------------------------------------------
 
 
-def _draw(case, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return {n: p.sample(g, "cpu", torch.float32) for n, p in {**case.inputs, **case.weights}.items()}
-
-
-def _outputs(value):
-    return value if isinstance(value, tuple) else (value,)
-
-
 def _float64(kwargs):
     return {n: v.double() if v.is_floating_point() else v for n, v in kwargs.items()}
 
@@ -134,12 +126,12 @@ def _float64(kwargs):
 def _oracle(case, kwargs):
     from kcert.execution.realmode import run_real
 
-    return _outputs(run_real(lambda: case.ref(**_float64(kwargs)), dtype=torch.float64, name="ref"))
+    return as_outputs(run_real(lambda: case.ref(**_float64(kwargs)), dtype=torch.float64, name="ref"))
 
 
 def test_float32_custom_op_refuses_float64_and_its_negative_is_eps_over_2_away():
     case = opaque_float32.custom_op_float32_rms_norm()
-    kw = _draw(case)
+    kw = draw_float32(case, 0)
     with pytest.raises(TypeError, match="float32 only: x is torch.float64"):
         case.prod(**_float64(kw))
     oracle = _oracle(case, kw)[0]
@@ -155,7 +147,7 @@ def test_float32_custom_op_refuses_float64_and_its_negative_is_eps_over_2_away()
 def test_float32_triton_kernels_return_float32_and_their_negatives_are_5_to_200_ulps_away(positive, negative, low,
                                                                                             high):
     pos, neg = (getattr(opaque_float32, n)() for n in (positive, negative))
-    kw = _draw(pos)
+    kw = draw_float32(pos, 0)
     assert pos.prod(**_float64(kw)).dtype == torch.float32  # float32 whatever the input: one ladder rung
     oracle = _oracle(pos, kw)[0]
     assert relative_error(oracle, pos.prod(**kw)) < 4e-7
@@ -164,7 +156,7 @@ def test_float32_triton_kernels_return_float32_and_their_negatives_are_5_to_200_
 
 def test_float32_cross_entropy_reference_is_torch_label_smoothing():
     case = opaque_float32.triton_float32_cross_entropy()
-    kw = _float64(_draw(case))
+    kw = _float64(draw_float32(case, 0))
     expected = torch.nn.functional.cross_entropy(kw["logits"].reshape(-1, 1024), kw["labels"].reshape(-1),
                                                  ignore_index=-100, label_smoothing=0.1)
     torch.testing.assert_close(case.ref(**kw), expected.float())
@@ -174,10 +166,10 @@ def test_float32_rope_has_a_fixed_internal_precision():
     """At float32 both sides carry the rounding of angles up to 4096 rad (the same tables); at float64 the
     tables are exact and the kernel still rotates in float32: its error falls to float32 rounding only."""
     case = opaque_float32.triton_float32_rope_long_positions()
-    kw = _draw(case)
+    kw = draw_float32(case, 0)
     oracle = _oracle(case, kw)
-    prod32, ref32 = _outputs(case.prod(**kw)), _outputs(case.ref(**kw))
-    prod64, ref64 = _outputs(case.prod(**_float64(kw))), _outputs(case.ref(**_float64(kw)))
+    prod32, ref32 = as_outputs(case.prod(**kw)), as_outputs(case.ref(**kw))
+    prod64, ref64 = as_outputs(case.prod(**_float64(kw))), as_outputs(case.ref(**_float64(kw)))
     for j in range(2):
         e_prod, e_ref = relative_error(oracle[j], prod32[j]), relative_error(oracle[j], ref32[j])
         assert e_prod > 2e-5 and abs(e_prod - e_ref) < 0.05 * e_ref  # the angles' rounding, equal on both sides

@@ -15,6 +15,7 @@ from kcert import certify
 from kcert.casefile import load_cases
 from kcert.execution.ladder import relative_error
 from kcert.execution.realmode import run_real
+from kernels import as_outputs, draw_float32
 
 pytest.importorskip("triton", reason="the example needs triton (pip install 'kcert[opaque]')")
 pytest.importorskip("liger_kernel", reason="the example needs liger-kernel (pip install 'kcert[opaque]')")
@@ -33,15 +34,6 @@ def cases():
         yield {c.name: c for c in load_cases(EXAMPLE)}
 
 
-def _draw(case, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return {n: p.sample(g, "cpu", torch.float32) for n, p in {**case.inputs, **case.weights}.items()}
-
-
-def _tuple(value):
-    return value if isinstance(value, tuple) else (value,)
-
-
 def test_the_example_defines_its_cases_in_float32(cases):
     assert tuple(cases) == CASES
     for case in cases.values():
@@ -53,11 +45,11 @@ def test_the_example_defines_its_cases_in_float32(cases):
 def test_liger_computes_its_reference_to_float32_rounding(cases, name, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     case = cases[name]
-    kw = _draw(case)
+    kw = draw_float32(case, 1)
     exact = {n: v.double() if v.is_floating_point() else v for n, v in kw.items()}
-    oracle = _tuple(run_real(lambda: case.ref(**exact), dtype=torch.float64, name="ref"))
+    oracle = as_outputs(run_real(lambda: case.ref(**exact), dtype=torch.float64, name="ref"))
     before = {n: v.clone() for n, v in kw.items()}
-    prod, ref = _tuple(case.prod(**kw)), _tuple(case.ref(**kw))
+    prod, ref = as_outputs(case.prod(**kw)), as_outputs(case.ref(**kw))
     assert all(torch.equal(before[n], kw[n]) for n in kw), "a launch changed its inputs"
     for j, (o, p, r) in enumerate(zip(oracle, prod, ref)):
         e_prod, e_ref = relative_error(o, p), relative_error(o, r)
