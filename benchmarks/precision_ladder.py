@@ -8,9 +8,11 @@ was chosen on this set; the opaque controls (``kcert controls --family opaque``)
 
 ``one-precision``: the opaque negative controls restricted to their working precision (one rung: no
 algebra test can run), certified at their declared replicates: what the bias and variance gates
-alone decide, i.e. what accepting an untested algebra would let through.
+alone decide, i.e. what accepting an untested algebra would let through, and what the one-rung
+algebra test (the same-precision comparison) decides.
 
-Run: python benchmarks/precision_ladder.py [tuning] [one-precision] [--all-rungs] [--only NAME ...]
+Run: python benchmarks/precision_ladder.py [tuning] [one-precision] [--dtype bfloat16 float32]
+[--rungs default one all] [--only NAME ...] [--dump errors.json]
 """
 
 from __future__ import annotations
@@ -239,27 +241,55 @@ PAIRS = [
 ]
 
 
-def tuning(all_rungs: bool, only: list[str]) -> None:
-    print(f"{'pair':44s} {'same':5s} {'output':10s} {'outcome':13s} {'judged':9s} {'K':>9s}  prod / ref error per rung")
+def _rung_mode(mode: str, dtype: torch.dtype):
+    if mode == "all":
+        return ladder.LADDER_DTYPES
+    if mode == "one":
+        return (dtype,)
+    return None
+
+
+def tuning(dtype: torch.dtype, rungs_mode: str, only: list[str], dump: list | None = None) -> None:
+    """Each pair's ladder at ``dtype`` (rungs: the default, ``all`` four formats, or ``one``: the working
+    precision alone, the same-precision comparison) judged by the gate as shipped; per output the
+    outcome, the judged rung, K, the point group it rests on and the resolution in harm ULPs."""
+    from kcert.execution.evidence import AlgebraEvidence
+    from kcert.gates.algebra import judge_algebra
+
+    name_of = ladder.dtype_name(dtype)
+    print(f"\n## {name_of} case, rungs: {rungs_mode}\n")
+    print(f"{'pair':44s} {'same':5s} {'output':10s} {'outcome':13s} {'judged':9s} {'K':>9s} {'group':6s} "
+          f"{'res/harm':>9s}  prod / ref error per rung")
     for name, same, ref, prod, inputs, weights in PAIRS:
         if only and not any(o in name for o in only):
             continue
-        case = kcert.Case(name="tuning", ref=ref, prod=prod, inputs=inputs, weights=weights,
-                          prod_precisions=ladder.LADDER_DTYPES if all_rungs else None)
+        case = kcert.Case(name="tuning", ref=ref, prod=prod, inputs=inputs, weights=weights, dtype=dtype,
+                          prod_precisions=_rung_mode(rungs_mode, dtype))
         m = ladder.measure(case, probes.draw_weights(case, 0, torch.device("cpu")), 0, torch.device("cpu"))
+        evidence = AlgebraEvidence(m.points, m.wide_points, "ref in real mode", "unavailable", name_of, False,
+                                   ("prod cannot run in real mode",), ladder=m, small_points=m.small_points,
+                                   training_dtype=case.training_format)
+        result = judge_algebra(evidence)
         accepted = [r for r in m.rungs if r.accepted]
-        for j, out in enumerate(m.outputs):
-            rungs = [rule.Rung(r.dtype, r.output_dtypes[j], r.prod_error[j], r.ref_error[j]) for r in accepted]
-            d = rule.decide(rungs, "bfloat16")
+        for j, out in enumerate(result.ladder.outputs):
             errors = " ".join(f"{r.dtype}: {r.prod_error[j]:.1e}/{(r.ref_error[j] or 0):.1e}" for r in accepted)
-            print(f"{name:44s} {'yes' if same else 'no':5s} {out:10s} {d.outcome:13s} {rungs[d.judged].dtype:9s} "
-                  f"{d.amplification:9.3g}  {errors}", flush=True)
+            print(f"{name:44s} {'yes' if same else 'no':5s} {out.output:10s} {out.outcome:13s} {out.judged:9s} "
+                  f"{out.amplification:9.3g} {out.points:6s} {out.resolution_harm:9.2g}  {errors}", flush=True)
+            if dump is not None:
+                dump.append({"pair": name, "same": same, "dtype": name_of, "rungs": rungs_mode, "output": out.output,
+                             "outcome": out.outcome, "judged": out.judged, "K": out.amplification,
+                             "group": out.points, "resolution_harm": out.resolution_harm,
+                             "per_rung": [{"dtype": r.dtype, "out": r.output_dtypes[j],
+                                           "prod": list(r.prod_point_errors[j]),
+                                           "ref": list(r.ref_point_errors[j]) if r.ref_point_errors else None}
+                                          for r in accepted],
+                             "points": [m.points, m.wide_points, m.small_points]})
 
 
 def one_precision(only: list[str]) -> None:
     from kcert.controls.registry import all_controls
 
-    print(f"{'opaque negative':40s} algebra  bias  variance  verdict (one rung)  verdict if accepted")
+    print(f"{'opaque negative':40s} algebra  bias  variance  verdict (one rung)  if accepted  ladder")
     for control in all_controls():
         if control.family != "opaque" or control.kind != "negative" or (only and control.name not in only):
             continue
@@ -268,19 +298,34 @@ def one_precision(only: list[str]) -> None:
         cert = kcert.certify(case, replicates=control.replicates, seed=0)
         accepted = kcert.certify(case, replicates=control.replicates, seed=0, accept_untested_algebra=True)
         g = cert.gates
+        judged = [o for o in cert.algebra.ladder.outputs if o.judged] if cert.algebra.ladder is not None else []
+        worst = max(judged, key=lambda o: (o.verdict.severity, o.amplification), default=None)
+        ladder_text = (f"{worst.outcome} at {worst.judged}, K {worst.amplification:.3g}, "
+                       f"resolution {worst.resolution_harm:.2g} harm ULP" if worst else "no rung")
         print(f"{control.name:40s} {g['algebra'].value:8s} {g['bias'].value:5s} {g['variance'].value:9s} "
-              f"{cert.verdict.value:19s} {accepted.verdict.value}", flush=True)
+              f"{cert.verdict.value:19s} {accepted.verdict.value:10s} {ladder_text}", flush=True)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("parts", nargs="*", choices=["tuning", "one-precision"], default=["tuning"])
-    p.add_argument("--all-rungs", action="store_true", help="tuning with float16 as a rung too")
+    p.add_argument("--dtype", nargs="*", default=["bfloat16"], choices=["bfloat16", "float16", "float32"],
+                   help="the cases' working dtype(s) for the tuning part")
+    p.add_argument("--rungs", nargs="*", default=["default"], choices=["default", "all", "one"],
+                   help="rungs of the tuning part: the default, all four formats, or the working dtype alone")
     p.add_argument("--only", nargs="*", default=[])
+    p.add_argument("--dump", metavar="JSON", help="write every output's per-point errors to this file")
     args = p.parse_args()
     torch.set_num_threads(1)
+    dump = [] if args.dump else None
     if "tuning" in args.parts:
-        tuning(args.all_rungs, args.only)
+        for dt in args.dtype:
+            for mode in args.rungs:
+                tuning(getattr(torch, dt), mode, args.only, dump)
+    if dump is not None:
+        import json
+        with open(args.dump, "w") as f:
+            json.dump(dump, f)
     if "one-precision" in args.parts:
         one_precision(args.only)
 

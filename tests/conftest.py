@@ -30,6 +30,19 @@ def one_thread():
 
 
 @pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Every test runs torch on one thread, as kcert's commands do by default (``--threads 1``): on a
+    shared machine two threads made replicates 4-12x slower (docs/benchmarks.md, "Threads"), and a
+    test's numbers do not depend on which test ran before it (some set the thread count themselves)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
 def _seeded_torch():
     """Tests that draw with torch's global generator get the same draws whatever runs before
     them: every test is deterministic (every test is deterministic). kcert itself never uses it."""

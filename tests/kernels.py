@@ -139,3 +139,14 @@ def assert_meets_bar(control, cert) -> None:
     """Fail the test unless the control's certificate meets the suite's bar (:func:`control_bar_failures`)."""
     failures = control_bar_failures(control, cert)
     assert not failures, failures[0]
+
+
+def draw_float32(case, seed: int) -> dict:
+    """One float32 draw of a case's inputs and weights, by name, for calling its kernels directly."""
+    g = torch.Generator().manual_seed(seed)
+    return {n: p.sample(g, "cpu", torch.float32) for n, p in {**case.inputs, **case.weights}.items()}
+
+
+def as_outputs(value) -> tuple:
+    """A kernel's return value as a tuple of outputs."""
+    return value if isinstance(value, tuple) else (value,)

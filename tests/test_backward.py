@@ -172,6 +172,29 @@ def test_backward_writing_into_its_upstream_gradient_leaves_the_draw_alone():
     assert torch.equal(kwargs["cotangent"], before)
 
 
+def test_backward_returning_its_saved_input_as_the_gradient_certifies():
+    class GradIntoInput(torch.autograd.Function):
+        """Liger-Kernel's SwiGLU backward: the gradient is written into the saved input's memory and that
+        tensor is returned, so the gradient autograd hands back is the leaf itself (it requires grad)."""
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 3
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            x.data.copy_(dy * 3)
+            return x
+
+    case = kcert.Case(name="gi", ref=lambda x: x * 3, prod=GradIntoInput.apply, inputs={"x": kcert.Gaussian((3, 8))})
+    g = gradients(case)
+    (_, gx), kwargs = call(g, g.prod)
+    assert not gx.requires_grad and torch.equal(gx, 3 * kwargs["cotangent"])
+    assert kcert.certify(g, replicates=64, seed=0).gates["bias"] is Verdict.PASS  # reduced without a traceback
+
+
 def test_cotangent_options():
     def loss(x, w):
         return (rmsnorm_ref(x, w).float() ** 2).mean()

@@ -45,6 +45,17 @@ def test_three_rules_give_fail_warn_pass():
     assert list(r.reason) == [DETECTED, UNDER_EFFECT_FLOOR, UNDER_ULP_FLOOR, 0]
 
 
+def test_a_floor_at_the_harm_unit_reviews_nothing_below_it():
+    # kcert kernelbench: c = 1 ULP of the problem's format; a significant 0.3-ULP bias is an arrangement of
+    # the format's rounding (PASS, still reported with its reason); above the floor it still FAILs, and
+    # under the effect floor (the harm boundary) it still WARNs
+    th = BiasThresholds(ulp_floor=1.0, min_standardized_effect=0.1, warn_below_floor=False)
+    r = _judge(10_000, [2.0, 0.06, 0.3], [2.0, 1.0, 0.1], thresholds=th)
+    assert list(r.verdict) == [FAIL, WARN, PASS]
+    assert list(r.reason) == [DETECTED, UNDER_EFFECT_FLOOR, UNDER_ULP_FLOOR]
+    assert list(_judge(10_000, [0.3], [0.1], thresholds=BiasThresholds(ulp_floor=1.0)).verdict) == [WARN]
+
+
 def test_zero_variance_is_its_own_case():
     r = _judge(100, [0.0, 0.5, 0.1], [0.0, 0.0, 0.0])
     # identical differences: PASS; a constant bias above the floor: FAIL; below: WARN

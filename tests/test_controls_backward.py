@@ -123,7 +123,8 @@ def test_bf16_accumulator_loses_precision_across_chunks():
     """Liger-Kernel #512 as modelled: against the reference's single GEMM, the float32 accumulator
     gives the same bf16 weight gradient almost everywhere, the bf16 running sum changes most of it
     and pulls it towards zero (small addends lost to the running sum); the input gradient is the
-    reference's either way."""
+    reference's either way (bitwise but for one rounding in a few elements: the GEMM's blocking
+    depends on torch's thread count)."""
     case = catalog.LINEAR_CROSS_ENTROPY.case("lce", catalog.linear_cross_entropy)
     weights = probes.draw_weights(case, 0, CPU)
     for r in range(3):
@@ -137,7 +138,8 @@ def test_bf16_accumulator_loses_precision_across_chunks():
         ref = grads(catalog.linear_cross_entropy)
         for acc, changed in ((torch.float32, (0.0, 0.001)), (torch.bfloat16, (0.5, 0.8))):
             gx, gw = grads(functools.partial(catalog.fused_linear_cross_entropy, accum_dtype=acc))
-            assert torch.equal(gx, ref[0])
+            dx = (gx.double() - ref[0].double()).abs()
+            assert float((dx != 0).double().mean()) <= 0.001 and float(dx.max()) <= 2**-8 * float(ref[0].abs().max())
             d = gw.double() - ref[1].double()
             assert changed[0] <= float((d != 0).double().mean()) <= changed[1], acc
             if acc == torch.bfloat16:

@@ -25,6 +25,9 @@ DOCTEST_MODULES = (
     "kcert.errors",
     "kcert.execution.rounding",
     "kcert.stats.thresholds",
+    "kcert.step.batch",
+    "kcert.step.config",
+    "kcert.step.spec",
     "kcert.verdict",
 )
 

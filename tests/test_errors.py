@@ -70,7 +70,8 @@ def test_probe_declaration_errors():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(buckets=kcert.Axes(3)), r"case 'c', output: Axes\(3,\) does not fit an output with 2 dimensions"),
+        (dict(buckets=kcert.Axes(3)),
+         r"case 'c', replicate 0 \(seed 2, replicate seed \d+\), output: Axes\(3,\) does not fit an output with 2 dimensions"),
         (dict(buckets=(kcert.Axes(-1), kcert.Axes(-1))), "buckets gives 2 specs but the kernels return 1 outputs"),
         (dict(output_names=("a", "b")), "output_names has 2 names but the kernels return 1 outputs"),
         (dict(oracle=lambda x: (x, x)), "the oracle returns 2 outputs but ref returns 1"),

@@ -48,14 +48,18 @@ def test_sections_in_order(certs, page):
     assert good.variance[0].interval is None
     for name in (good.case, bad.case):
         assert name in page
-    part = page[page.index(bad.case):]
+    # several cases: a summary linking to each case's section opens the page
+    summary, first_case, second_case = (page.index(s) for s in ("<h2>summary</h2>", "<h2 id='case-1'>",
+                                                               "<h2 id='case-2'>"))
+    assert summary < first_case < second_case and f"href='#case-2'>{bad.case}</a>" in page[summary:first_case]
+    part = page[second_case:]
     order = ["<th>gate</th>", "<h3>diagnostics</h3>", "<h4>bias gate", "buckets at WARN or above",
              "<h4>variance gate", 'alt="error tails', "prod closer to the oracle in", 'alt="QQ plots"',
              "the report's per-replicate ratio K", "<h3>probe and provenance</h3>", "reproduce:"]
     positions = [part.index(s) for s in order]
     assert positions == sorted(positions), order
     # the case without a tail fit says why instead of plotting one
-    first = page[: page.index(bad.case)]
+    first = page[first_case:second_case]
     assert "no amplification to bound" in first or "nothing to extrapolate" in first
     assert 'alt="QQ plots"' not in first
     # every variance section states what its replicates cannot see, and the observed range
@@ -75,7 +79,7 @@ def test_embedded_pngs_decode_and_are_not_blank(page):
 
 def test_self_contained(page):
     for m in re.finditer(r'(?:src|href)\s*=\s*["\']?([^"\' >]+)', page, flags=re.I):
-        assert m.group(1).startswith("data:"), m.group(0)
+        assert m.group(1).startswith(("data:", "#")), m.group(0)  # embedded, or a link within the page
     assert not re.search(r"(?:src|href)\s*=\s*[\"']?(?:https?:)?//", page, flags=re.I)
     assert "<link" not in page and "<script" not in page
 

@@ -94,13 +94,68 @@ def test_a_saturated_float64_rung_is_not_judged():
     assert d.judged == 0 and d.outcome == L.PASS
 
 
-def test_nothing_finer_than_the_working_precision_is_not_resolved():
-    assert L.decide([rung("bfloat16", 3e-3, 3e-3)], "bfloat16").outcome == L.UNRESOLVED
-    # float32 case, float32-capped kernel: the agreement shown is float32's own
-    assert L.decide([rung("float32", 1.2e-7, 1.4e-7), rung("float64", 1.2e-7, 1e-16)], "float32").outcome \
-        == L.UNRESOLVED
-    # one rung, large K: a floor or a lower internal precision, nothing separates them
-    assert L.decide([rung("float32", 1e-4, 1e-7)], "bfloat16").outcome == L.UNRESOLVED
+def test_nothing_finer_than_the_harm_unit_is_not_resolved():
+    # one bfloat16 rung: the resolution is 16 bfloat16 roundoffs, far above a quarter of a harm ULP
+    d = L.decide([rung("bfloat16", 3e-3, 3e-3)], "bfloat16")
+    assert d.outcome == L.UNRESOLVED and d.resolution_harm == pytest.approx(16 * 3.9e-3 / 2.0**-8, rel=0.01)
+    # float32 case, float32-capped kernel: the same-precision comparison resolves 2.2e-6 relative, 16 float32
+    # roundoffs: 1/1000 of a bf16 harm ULP, an algebra test in a bf16 training run, none in a float32 one
+    rungs = [rung("float32", 1.2e-7, 1.4e-7), rung("float64", 1.2e-7, 1e-16)]
+    d = L.decide(rungs, "float32", "bfloat16")
+    assert d.outcome == L.PASS and d.judged == 0 and d.internal == (0, 0)
+    assert d.resolution_harm == pytest.approx(16 * 1.2e-7 / 2.0**-8) and d.bound == "oracle"  # prod's own error
+    assert L.decide(rungs, "float32", "float32").outcome == L.UNRESOLVED
+
+
+def test_prod_minus_ref_bounds_a_difference_under_a_shared_rounding():
+    # RoPE with angles computed at float32 on both sides: each side's error is 1.6e-4 (0.64 of a bf16 harm
+    # ULP times 16 is not far below it), but prod and ref round the same angles: prod - ref is 3e-7
+    shared = L.decide([L.Rung("float32", "float32", 1.6e-4, 1.6e-4, 3e-7)], "float32", "bfloat16")
+    assert shared.outcome == L.PASS and shared.bound == "ref" and shared.resolution == pytest.approx(16 * 3e-7)
+    # a RoPE base off by 1e-5 differs from ref by 1.4e-3: within 16x the yardstick, and not resolved
+    off = L.decide([L.Rung("float32", "float32", 1.4e-3, 1.6e-4, 1.4e-3)], "float32", "bfloat16")
+    assert off.outcome == L.UNRESOLVED and off.bound == "yardstick"
+    # the paired bound never goes below the unit roundoff of the precision the rung computes at: a
+    # float32-inside prod bitwise equal to a float32-inside ref at float64 inputs is a float32 computation
+    same = L.decide([L.Rung("float32", "float32", 1.6e-4, 1.6e-4, 0.0)], "float32", "bfloat16")
+    assert same.resolution == pytest.approx(16 * 2.0**-24)
+    saturated = L.decide([L.Rung("float32", "float32", 1.4e-7, 1.4e-7, 0.0),
+                          L.Rung("float64", "float64", 1.4e-7, 1.4e-7, 0.0)], "bfloat16")
+    assert saturated.internal == (0, 0) and saturated.resolution == pytest.approx(16 * 2.0**-24)
+
+
+def test_prods_own_error_bounds_a_difference_when_it_is_far_more_accurate_than_ref():
+    # prod computes float64 in float64; ref upcasts to float32 whatever its inputs (HF-style): its float64
+    # rung carries float32 errors, but prod's own 2e-16 bounds a difference at float64's rounding
+    d = L.decide([rung("float32", 1.2e-7, 1.4e-7), L.Rung("float64", "float64", 2e-16, 1.4e-7, 1.4e-7)], "float32",
+                 "float32")
+    assert d.outcome == L.PASS and d.judged == 1 and d.bound == "oracle"
+    assert d.resolution == pytest.approx(16 * 2e-16)
+
+
+def test_one_rung_beyond_its_multiple_fails():
+    # the same-precision comparison: prod 22x ref at float32 (label smoothing over V - 1 in a fused loss)
+    d = L.decide([rung("float32", 3.0e-6, 1.36e-7)], "float32", "bfloat16")
+    assert d.outcome == L.FAIL and d.amplification == pytest.approx(3.0e-6 / 1.36e-7)
+    # under the fail floor a float64 rung's floor only warns, as before
+    assert L.decide([rung("float64", 1e-12, 1e-16)], "float64").outcome == L.WARN
+
+
+def test_a_fixed_internal_precision_is_judged_against_that_precision():
+    # a rotary kernel computing in float32 whatever its inputs; the float32 rung's error is the rounding of
+    # large angles, equal on both sides; float64 inputs make it 8.3e-8: a float32 computation, not a floor
+    d = L.decide([rung("float32", 5.35e-5, 5.35e-5), rung("float64", 8.3e-8, 0.0)], "float32", "bfloat16")
+    assert d.outcome != L.FAIL and d.internal == (0, 0) and max(d.amplifications) <= 1.0
+    # the yardstick alone would resolve 16 x 5.35e-5 (0.22 harm ULP); prod's own float64-rung error, 8.3e-8,
+    # bounds a difference directly
+    assert d.outcome == L.PASS and d.judged == 1 and d.bound == "oracle"
+    assert d.resolution_harm == pytest.approx(16 * 8.3e-8 / 2.0**-8)
+    # a kernel that does compute at float64 is judged against float64's yardstick
+    d = L.decide([rung("float32", 1.2e-7, 1.4e-7), rung("float64", 2e-16, 0.0)], "float32", "float32")
+    assert d.internal == (0, 1) and d.judged == 1 and d.outcome == L.PASS
+    # and a floor at float64 below float32's reach (1e-12 relative) is still seen there
+    d = L.decide([rung("float32", 1.2e-7, 1.4e-7), rung("float64", 1e-8, 0.0)], "float32", "float32")
+    assert d.internal[1] == 0, "1e-8 is not M times below float32's unit roundoff: a float32 computation"
 
 
 def test_a_flat_floor_far_above_the_coarse_rounding_fails():
@@ -179,20 +234,53 @@ def test_reports_show_the_rungs_and_the_level():
     from kcert.report import html, terminal
 
     cert = kcert.certify(rms_case(eps_on_rms), replicates=128, seed=0)
-    console = Console(record=True, width=160)
+    console = Console(record=True, width=200)
     terminal.render(cert, console)
     text = console.export_text()
     assert "algebra · level precision ladder (float32 vs bfloat16)" in text
-    assert "float32: output prod 5e-06 / ref 1.2e-07" in text and "judged at float32" in text
+    assert "output: FAIL, judged at float32" in text and "on the small-magnitude points" in text
+    assert "largest at draw" in text and "scaled by 2^-" in text
     page = html.render_html([cert])
     assert "precision ladder (float32 vs bfloat16)" in page and "<th>precision</th>" in page
+    d = jsonio.to_dict(cert)["gates"]["algebra"]
+    assert d["small_points"] == 4 and d["ladder"]["outputs"][0]["points"] == "small"
+    json.dumps(d, allow_nan=False)
+
+
+def test_small_magnitude_points_expose_an_eps_placement_at_the_working_precision_alone():
+    # eps on the RMS is 5e-6 relative at unit scale, a few bf16 hundredths of an ULP; at inputs scaled
+    # by 2**-10 and 2**-20 the eps dominates the mean square and the difference is of order one
+    cert = kcert.certify(rms_case(eps_on_rms, prod_precisions=(torch.bfloat16,)), replicates=128, seed=0)
+    assert cert.algebra.ladder.accepted == ("bfloat16",)
+    assert cert.gates["algebra"] is Verdict.FAIL and cert.algebra.level_text == "same-precision comparison at bfloat16"
+    out = cert.algebra.ladder.outputs[0]
+    assert out.points == "small" and out.amplification > 1e3
+    # accepting an untested algebra does not accept a measured difference
+    accepted = kcert.certify(rms_case(eps_on_rms, prod_precisions=(torch.bfloat16,), accept_untested_algebra=True),
+                             replicates=128, seed=0)
+    assert accepted.gates["algebra"] is Verdict.FAIL and accepted.verdict is Verdict.FAIL
 
 
 def test_declared_precisions_restrict_the_ladder():
-    cert = kcert.certify(rms_case(eps_on_rms, prod_precisions=(torch.bfloat16,)), replicates=128, seed=0)
+    cert = kcert.certify(rms_case(correct, prod_precisions=(torch.bfloat16,)), replicates=128, seed=0)
     assert cert.algebra.ladder.accepted == ("bfloat16",)
     assert cert.gates["algebra"] is Verdict.SKIPPED and cert.verdict is Verdict.WARN
-    assert "accept_untested_algebra" in cert.algebra.reason
+    reason = cert.algebra.reason
+    assert "accept_untested_algebra" in reason and "real mode" not in reason
+    # what was tried comes before what the user can do
+    assert reason.index("tried for prod") < reason.index("What you can do")
+    assert "prod (a custom operator" in reason
+
+
+def test_a_float32_only_kernel_passes_by_default_in_a_float32_case():
+    float32_case = dict(dtype=torch.float32, prod_precisions=(torch.float32,))
+    good = kcert.certify(rms_case(correct, **float32_case), replicates=128, seed=0)
+    assert good.gates["algebra"] is Verdict.PASS, good.algebra.reason
+    assert good.algebra.level_text == "same-precision comparison at float32"
+    assert "bfloat16 harm ULPs" in good.algebra.reason
+    # a float32 training run declares a float32 harm unit: 16 float32 roundoffs are not far below it
+    strict = kcert.certify(rms_case(correct, training_dtype=torch.float32, **float32_case), replicates=128, seed=0)
+    assert strict.gates["algebra"] is Verdict.SKIPPED and "float32 harm ULPs" in strict.algebra.reason
 
 
 def test_the_ladder_runs_when_ref_is_opaque_but_an_oracle_is_given():

@@ -3,16 +3,18 @@
 The runs use a tiny model (hidden 32, 30 steps) except the command-line test, which runs the
 ``--quick`` mode CI is promised."""
 
+import functools
 import json
 import textwrap
 
 import numpy as np
 import pytest
+import torch
 
 import kcert
 from kcert.controls import norms as controls_norms
 from kcert.training import TrainingConfig, TrainingVerdict, compare
-from kcert.training.slots import SlotError, bind, case_channels, initial_norm_weights
+from kcert.training.slots import SlotError, bind, case_channels, initial_norm_weights, kernels
 
 TINY = TrainingConfig(steps=30, hidden=32, heads=2, ffn=64, seq=16, batch=4, eval_every=15, eval_sequences=8)
 
@@ -37,12 +39,73 @@ def test_cases_map_onto_slots_and_others_are_refused_by_name():
     router = bind(moe.topk_not_renormalised())
     assert (router.kind, router.experts, router.bias) == ("router", 64, True)
     assert bind(moe.softmax_topk_renorm_vs_topk_softmax()).kind == "router_logits"
-    odd = kcert.Case(name="softmaxish", ref=lambda logits: logits, prod=lambda logits: logits,
-                     inputs={"logits": kcert.Gaussian((4, 8))})
+    softmax = lambda logits: torch.softmax(logits.float(), -1).to(logits.dtype)  # noqa: E731
+    odd = kcert.Case(name="softmaxish", ref=softmax, prod=softmax, inputs={"logits": kcert.Gaussian((2, 4, 8))})
     with pytest.raises(SlotError, match=r"case 'softmaxish' cannot be mapped onto the training model: its arguments "
-                                        r"\(inputs \['logits'\]"):
+                                        r"\(inputs \['logits'\], weights \[\]\) match no slot \(one input and no "
+                                        r"weight, but ref is neither elementwise"):
         bind(odd)
+    attention = lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v  # noqa: E731
+    qkv = {n: kcert.Gaussian((1, 2, 4, 8)) for n in "qkv"}
+    with pytest.raises(SlotError, match=r"case 'sdpa' cannot be mapped .* match no slot\. Slots, read from what"):
+        bind(kcert.Case(name="sdpa", ref=attention, prod=attention, inputs=qkv))
     assert issubclass(SlotError, kcert.KcertError) and issubclass(SlotError, ValueError)
+
+
+def test_slots_follow_what_the_kernel_computes_not_its_argument_names():
+    """Each slot's kernel written with other argument names, in another order, binds to the same slot
+    and roles (docs/training.md, "slots")."""
+    from kcert.catalog import activations as A, linear as L, norms as N, rope as R
+
+    def case(ref, inputs, weights=None):
+        return kcert.Case(name="renamed", ref=ref, prod=ref, inputs=inputs, weights=weights or {})
+
+    layernorm = case(lambda beta, hidden, gamma: N.layer_norm(hidden, gamma, beta),
+                     {"hidden": kcert.Gaussian((2, 8, 32))},
+                     {"beta": kcert.Gaussian((32,), std=0.1), "gamma": kcert.Gaussian((32,), shift=1.0, std=0.1)})
+    slot = bind(layernorm)
+    assert (slot.kind, slot.arguments) == ("norm", {"x": "hidden", "w": "gamma", "b": "beta"}) and slot.bias
+    assert np.array_equal(slot.weight_draw["w"], slot.weight_draw["w"]) and set(slot.weight_draw) == {"w", "b"}
+    gelu = case(lambda inp: torch.nn.functional.gelu(inp), {"inp": kcert.Gaussian((4, 16))})
+    assert (bind(gelu).kind, bind(gelu).arguments) == ("activation", {"x": "inp"})
+    swiglu = case(lambda u, g: A.swiglu(g, u), {"u": kcert.Gaussian((4, 16)), "g": kcert.Gaussian((4, 16))})
+    assert bind(swiglu).arguments == {"gate": "g", "up": "u"}
+    proj = case(lambda inp, weight, bias: L.linear(inp, weight) + bias, {"inp": kcert.Gaussian((8, 16))},
+                {"weight": kcert.Gaussian((24, 16), std=0.1), "bias": kcert.Gaussian((24,), std=0.1)})
+    assert (bind(proj).kind, bind(proj).arguments) == ("linear", {"x": "inp", "w": "weight", "b": "bias"})
+    freqs = functools.partial(R.default_frequencies, dim=16, base=10000.0)
+
+    def rotate(pos, key, query):  # returns (k, q): the outputs in the other order than the slot's
+        q, k = R.rope_neox(query, key, pos, frequencies=freqs)
+        return k, q
+
+    rope = case(rotate, {"query": kcert.Gaussian((1, 2, 8, 16)), "key": kcert.Gaussian((1, 2, 8, 16)),
+                         "pos": kcert.Integers((1, 8), 0, 4096)})
+    slot = bind(rope)
+    assert (slot.kind, slot.head_dim, slot.positions) == ("rope", 16, (0, 4096))
+    assert {slot.arguments["q"], slot.arguments["k"]} == {"query", "key"} and slot.arguments["position_ids"] == "pos"
+    q, k = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
+    pos = torch.arange(8)[None]
+    named = {slot.arguments["q"]: q, slot.arguments["k"]: k}
+    want = R.rope_neox(named["query"], named["key"], pos, frequencies=freqs)
+    got = kernels(slot, "ref", 16).rope(q, k, pos)  # the slot hands q's rotation back first whatever the order
+    expected = want if slot.arguments["q"] == "query" else want[::-1]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_the_tutorial_example_trains(one_thread):
+    """docs/tutorial.md's example names its arguments hidden_states and weight, as HF does."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "examples" / "rmsnorm_cases.py"
+    spec = importlib.util.spec_from_file_location("rmsnorm_cases_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    slot = bind(module.gemma)
+    assert (slot.kind, slot.arguments) == ("norm", {"x": "hidden_states", "w": "weight"})
+    result = compare(module.gemma, seeds=2, config=TINY.replace(steps=3, eval_every=3), predict=False)
+    assert result.slot == "norm" and all(r.ref.finite and r.prod.finite for r in result.runs)
 
 
 def test_a_kernel_that_returns_the_wrong_thing_is_named(one_thread):

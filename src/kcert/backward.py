@@ -114,7 +114,9 @@ class _Differentiated:
                 upstream.append(cot.detach().to(dtype=out.dtype, copy=True))
             grads = _backward(outputs, leaves, upstream)
         forward = tuple(o.detach() for o in outputs) if plan.include_forward else ()
-        return forward + tuple(grads)
+        # detached: a backward that writes the gradient into a saved input and returns that tensor
+        # (Liger-Kernel's SwiGLU) hands back the leaf itself, which requires grad
+        return forward + tuple(g.detach() for g in grads)
 
 
 def _backward(outputs, leaves, upstream) -> tuple[torch.Tensor, ...]:

@@ -280,7 +280,8 @@ class Calibration:
 def _select(family, controls) -> list:
     from .controls.registry import FAMILIES, all_controls
 
-    positives = [c for c in all_controls() if c.kind == "positive"]
+    # training steps (family "step") are certified per configuration by kcert.certify_step: not calibrated here
+    positives = [c for c in all_controls() if c.kind == "positive" and c.family != "step"]
     if controls is not None:
         by_name = {c.name: c for c in positives}
         missing = [n for n in controls if n not in by_name]

@@ -53,6 +53,12 @@ class Probe:
         """The same probe with a wider spread (used by the algebra gate's identity test)."""
         return self
 
+    def scaled(self, factor: float) -> Probe:
+        """The same probe with every floating value multiplied by ``factor`` (the algebra gate's
+        small-magnitude points, where an eps or an offset dominates); integer and fixed probes are
+        returned unchanged."""
+        return self
+
     def describe(self) -> dict:
         raise NotImplementedError
 
@@ -111,6 +117,9 @@ class Gaussian(Probe):
     def widened(self, factor):
         return Gaussian(self.shape, shift=self.shift * factor, std=self.std * factor)
 
+    def scaled(self, factor):
+        return self.widened(factor)
+
     def describe(self):
         return {"kind": "Gaussian", "shape": list(self.shape), "shift": self.shift, "std": self.std}
 
@@ -164,6 +173,9 @@ class Uniform(Probe):
     def widened(self, factor):
         mid, half = (self.low + self.high) / 2, (self.high - self.low) / 2
         return Uniform(self.shape, mid - half * factor, mid + half * factor)
+
+    def scaled(self, factor):
+        return Uniform(self.shape, self.low * factor, self.high * factor)
 
     def describe(self):
         return {"kind": "Uniform", "shape": list(self.shape), "low": self.low, "high": self.high}
@@ -325,6 +337,10 @@ class Custom(Probe):
             return out * factor if isinstance(out, torch.Tensor) and out.is_floating_point() else out
 
         return Custom(wide, f"{self.description} x{factor:g}", self.shape)
+
+    def scaled(self, factor):
+        """Floating draws multiplied by ``factor``, as :meth:`widened`."""
+        return self.widened(factor)
 
     def describe(self):
         return {"kind": "Custom", "description": self.description}

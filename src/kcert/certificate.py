@@ -72,9 +72,15 @@ class LadderRungResult:
 @dataclass(frozen=True)
 class LadderOutputResult:
     """The ladder's decision for one output. ``outcome``: "PASS", "FAIL", "WARN", "not resolved" (no
-    finer precision than the working one resolved a floor: no algebra test) or "not compared" (an
-    integer output). ``amplification`` is K, prod's error over the yardstick at the ``judged`` rung;
-    ``resolution`` the relative size below which an algebraic difference is not excluded."""
+    algebraic difference above the resolution measured, but the resolution is not far below the harm
+    unit: no algebra test) or "not compared" (an integer output). ``amplification`` is K, prod's error
+    over the yardstick at the ``judged`` rung; ``internal`` the precision that yardstick is the rounding
+    of (the judged rung's own, or the coarser precision a saturated rung computes at); ``resolution``
+    the relative size (to the output's peak) below which an algebraic difference is not excluded, and
+    ``resolution_harm`` the same in unit roundoffs of ``harm_format`` (an upper bound in harm ULPs at
+    the peak; ``bound``: what gave it, "yardstick", or prod's own error against the oracle ("oracle")
+    or the observed ``prod - ref`` ("ref") bounding the difference directly: kcert.stats.ladder). ``points``: the point group the outcome rests on ("probe": the probe and wide
+    draws; "small": the small-magnitude draws), ``worst_point`` the point where prod's error was largest."""
 
     output: str
     outcome: str
@@ -83,6 +89,13 @@ class LadderOutputResult:
     resolution: float = 0.0
     yardsticks: tuple[float, ...] = ()  # per accepted rung, in ladder order
     error: float = 0.0  # prod's relative error against the oracle at the judged rung
+    internal: str = ""
+    resolution_harm: float = 0.0
+    harm_format: str = ""
+    amplifications: tuple[float, ...] = ()  # K per accepted rung, in ladder order
+    points: str = "probe"
+    worst_point: str = ""
+    bound: str = "yardstick"  # what gave the resolution: "yardstick", "oracle" or "ref"
 
     @property
     def verdict(self) -> Verdict:
@@ -92,7 +105,8 @@ class LadderOutputResult:
 @dataclass(frozen=True)
 class LadderResult:
     """The precision ladder: prod (and ref) run at every precision prod accepts on the same real
-    inputs, each compared with the float64 oracle (kcert.stats.ladder has the rule)."""
+    inputs, each compared with the float64 oracle (kcert.stats.ladder has the rule). With one rung, or
+    when every finer rung is saturated at the coarsest, it is a *same-precision comparison*."""
 
     rungs: tuple[LadderRungResult, ...]  # every precision tried, coarse to fine
     outputs: tuple[LadderOutputResult, ...]
@@ -102,10 +116,22 @@ class LadderResult:
     points: int
     wide_points: int
     rounding_multiple: float
+    small_points: int = 0
 
     @property
     def accepted(self) -> tuple[str, ...]:
         return tuple(r.dtype for r in self.rungs if r.accepted)
+
+    @property
+    def same_precision(self) -> bool:
+        """One accepted precision, or every output that rounding explains is explained by rounding at
+        the coarsest one (the finer rungs are saturated there)."""
+        accepted = self.accepted
+        if len(accepted) == 1:
+            return True
+        explained = [o for o in self.outputs if o.judged and o.outcome not in ("FAIL", "WARN")]
+        return bool(explained) and len(explained) == len([o for o in self.outputs if o.judged]) \
+            and all(o.internal == accepted[0] for o in explained)
 
     @property
     def text(self) -> str:
@@ -134,8 +160,9 @@ class AlgebraResult:
     level : str
         The evidence the verdict rests on: "proof", "identity test", "precision ladder" or "skipped"
         (``level_text`` says it in words).
-    points, wide_points : int
-        Probe points of the identity test at the case's probes and at widened probes.
+    points, wide_points, small_points : int
+        Points of the identity test (and the precision ladder): draws of the case's probes, of widened
+        probes, and of probes scaled to small magnitudes (where an eps or an offset dominates).
     ref_side, prod_side : str
         How each side was evaluated (real mode in float64, or why it could not be).
     outputs : tuple of AlgebraOutputResult
@@ -177,6 +204,7 @@ class AlgebraResult:
     ladder: LadderResult | None = None  # the precision ladder, when real mode could not run prod
     untested_accepted: bool = False  # SKIPPED and accepted by the user (Case/--accept-untested-algebra)
     untested_limit: str = ""  # what an accepted untested algebra leaves untested
+    small_points: int = 0  # draws scaled to small magnitudes, after the probe and wide ones
 
     @property
     def level_text(self) -> str:
@@ -187,6 +215,8 @@ class AlgebraResult:
         if self.level == "identity test":
             return "identity test (real mode)"
         if self.level == "precision ladder" and self.ladder is not None:
+            if self.ladder.same_precision:
+                return f"same-precision comparison at {self.ladder.accepted[0]}"
             return f"precision ladder ({self.ladder.text})"
         return "none (accepted)" if self.untested_accepted else "none"
 
@@ -588,6 +618,8 @@ class Provenance:
     environment: dict
     date: str
     wall_time_s: float
+    timings: dict = field(default_factory=dict)  # seconds per stage (replicates, algebra, bias, ...)
+    resumed: dict | None = None  # a resumed run: its checkpoint and the replicates it took from it
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import math
 import os
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
+from . import parameters
 from .case import Case
 from .certificate import AlgebraResult, BiasResult, Certificate, OutputInfo, Provenance, VarianceResult
 from .errors import KernelError, ParameterError
@@ -26,7 +27,7 @@ from .execution import compiled, distributed, seeding
 from .execution.algebra import evaluate_algebra
 from .execution.environment import describe_environment
 from .execution.runner import Runner
-from .execution.schedule import Saver, look_schedule, resume as _resume, run_looks
+from .execution.schedule import Saver, TimeLimit, look_schedule, resume as _resume, run_looks
 from .gates.algebra import judge_algebra
 from .gates.bias import judge_bias
 from .gates.bitwise import judge_bitwise
@@ -38,17 +39,6 @@ from .verdict import Verdict
 
 DEFAULT_HORIZON = 6.25e5
 __all__ = ["DEFAULT_HORIZON", "Settings", "certify", "look_schedule"]
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_bool(name: str, value, none: bool = False) -> None:
-    if not isinstance(value, bool) and not (none and value is None):
-        raise ParameterError(f"{name} must be {'None, ' if none else ''}True or False, got {value!r}")
 
 
 def _check_device(device) -> torch.device:
@@ -85,42 +75,34 @@ class Settings:
     adequacy: bool = False
     peer_rules: bool = True
     shapes: bool | None = None
+    max_time: float | None = None  # seconds of the replicate phase (TimeLimitReached beyond)
 
     def check(self) -> Settings:
         """These settings with defaults filled in and every value checked; a bad one raises ParameterError."""
-        _check_int("replicates", self.replicates, 2)
-        _check_int("seed", self.seed, 0)
-        max_replicates = 4 * self.replicates if self.max_replicates is None else self.max_replicates
-        _check_int("max_replicates", max_replicates, self.replicates)
-        _check_int("algebra_points", self.algebra_points, 1)
-        _check_bool("adequacy", self.adequacy)
-        _check_bool("peer_rules", self.peer_rules)
-        _check_bool("shapes", self.shapes, none=True)
-        _check_bool("accept_untested_algebra", self.accept_untested_algebra)
-        try:
-            horizon = float(self.horizon)
-        except (TypeError, ValueError):
-            raise ParameterError(f"horizon must be a number > 1, got {self.horizon!r}") from None
-        if not math.isfinite(horizon) or horizon <= 1:
-            raise ParameterError(f"horizon must be a finite number > 1, got {horizon!r}")
+        _, max_replicates = parameters.replicates("replicates", self.replicates, "max_replicates",
+                                                  self.max_replicates)
+        parameters.integer("seed", self.seed, 0)
+        parameters.integer("algebra_points", self.algebra_points, 1)
+        parameters.flag("adequacy", self.adequacy)
+        parameters.flag("peer_rules", self.peer_rules)
+        parameters.flag("shapes", self.shapes, none=True)
+        parameters.flag("accept_untested_algebra", self.accept_untested_algebra)
+        horizon = parameters.horizon("horizon", self.horizon)
+        max_time = None if self.max_time is None else parameters.seconds("max_time", self.max_time)
         device = _check_device(self.device)
         checkpoint, seconds = self.checkpoint, self.checkpoint_seconds
         if self.resume and checkpoint is None:
             raise ParameterError("resume=True needs checkpoint, the file to resume from; got checkpoint=None")
         if checkpoint is not None:
             checkpoint = os.fspath(checkpoint)
-            _check_int("checkpoint_every", self.checkpoint_every, 1)
-            try:
-                seconds = float(seconds)
-            except (TypeError, ValueError):
-                raise ParameterError(f"checkpoint_seconds must be a number > 0, got {seconds!r}") from None
-            if not seconds > 0:
-                raise ParameterError(f"checkpoint_seconds must be a number > 0, got {seconds!r}")
+            parameters.integer("checkpoint_every", self.checkpoint_every, 1)
+            seconds = parameters.seconds("checkpoint_seconds", seconds)
             folder = os.path.dirname(os.path.abspath(checkpoint))
             if not os.path.isdir(folder):
                 raise ParameterError(f"checkpoint {checkpoint!r}: the folder {folder!r} does not exist")
         return dataclasses.replace(
             self, max_replicates=max_replicates, horizon=horizon, device=device, checkpoint=checkpoint,
+            max_time=max_time,
             checkpoint_seconds=seconds, bias_thresholds=self.bias_thresholds or BiasThresholds(),
             variance_thresholds=self.variance_thresholds or VarianceThresholds())
 
@@ -148,6 +130,8 @@ def certify(
     adequacy: bool = False,
     peer_rules: bool = True,
     shapes: bool | None = None,
+    max_time: float | None = None,
+    on_event: Callable[[str, dict], None] | None = None,
 ) -> Certificate:
     """Certify ``case``: algebra, bias and variance gates over ``replicates`` seeded replicates.
 
@@ -207,6 +191,16 @@ def certify(
     shapes : bool, optional
         The shape sweep: None as the case declares (``Case.shapes``), False never, True also at
         shapes derived for a case that declares none; a FAIL at a swept shape FAILs the certificate.
+    max_time : float, optional
+        Seconds the replicate phase may take. Past them the run stops at the next replicate, saves
+        its state to ``checkpoint`` (when given) and raises :class:`~kcert.errors.TimeLimitReached`;
+        ``resume=True`` continues it to the same certificate. The gates and checks that follow the
+        replicates are bounded by their own budgets (the symbolic proof's work budget).
+    on_event : callable, optional
+        ``on_event(kind, detail)`` is told what the run does besides replicates: ``"resumed"``
+        (``detail``: ``checkpoint``, ``replicates`` reused, ``looks`` done) once a checkpoint is
+        loaded, and ``"stage"`` (``detail["stage"]``: "replicates", "algebra" or "checks") as each
+        stage starts. For progress reports and logs; it changes nothing in the certificate.
 
     Returns
     -------
@@ -223,6 +217,8 @@ def certify(
     KernelError
         A kernel raised or returned something that cannot be compared (the message names the case,
         replicate and seed).
+    TimeLimitReached
+        The replicate phase ran past ``max_time`` (its state is saved when ``checkpoint`` is given).
 
     Examples
     --------
@@ -239,17 +235,50 @@ def certify(
     settings = Settings(replicates, horizon, seed, max_replicates, device, bias_thresholds, variance_thresholds,
                         algebra_points, algebra_proof, command, checkpoint, resume, checkpoint_every,
                         checkpoint_seconds, batch_memory, accept_untested_algebra, adequacy, peer_rules,
-                        shapes).check()
-    started = time.perf_counter()
+                        shapes, max_time).check()
+    clock = _Clock(on_event or (lambda kind, detail: None))
     compiled_before = compiled.frames_compiled()
-    runner, looks, judged = _run(case, settings, progress)
-    gates = _judge(case, settings, runner, judged)
+    runner, looks, judged, resumed = _run(case, settings, progress, clock)
+    gates = _judge(case, settings, runner, judged, clock)
     cert = _assemble(case, settings, runner, looks, gates, judged,
-                     notes=(compiled.compile_note(compiled_before), judged.settled_note(looks)),
-                     wall_time_s=time.perf_counter() - started)
+                     notes=(compiled.compile_note(compiled_before), judged.settled_note(looks)), resumed=resumed)
     from .checks.run import attach  # the checks certify cases themselves: imported late
 
-    return attach(cert, case, runner.weights, settings)
+    clock.event("stage", stage="checks")
+    cert = attach(cert, case, runner.weights, settings, clock.measure)
+    return dataclasses.replace(cert, provenance=dataclasses.replace(
+        cert.provenance, wall_time_s=clock.elapsed, timings=clock.timings()))
+
+
+class _Clock:
+    """Seconds spent per stage of one certification (``provenance.timings``), and the run's events.
+    The replicate phase's time is what is left of it once the judging done between looks is taken out."""
+
+    STAGES = ("replicates", "algebra", "bias", "variance", "l0", "peer_rules", "shape_sweep", "adequacy")
+
+    def __init__(self, on_event: Callable[[str, dict], None]):
+        self.started = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+        self.on_event = on_event
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def event(self, kind: str, **detail) -> None:
+        self.on_event(kind, detail)
+
+    @contextmanager
+    def measure(self, stage: str):
+        """Add the seconds the ``with`` block takes to ``stage``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+    def timings(self) -> dict[str, float]:
+        return {stage: round(self.seconds[stage], 6) for stage in self.STAGES if stage in self.seconds}
 
 
 class _Looks:
@@ -257,8 +286,9 @@ class _Looks:
     More replicates only serve the variance interval: once it is decisive, or another gate FAILs
     (then the combined verdict is FAIL whatever they show), the run stops."""
 
-    def __init__(self, case: Case, settings: Settings, runner: Runner, planned_looks: int):
+    def __init__(self, case: Case, settings: Settings, runner: Runner, planned_looks: int, clock: _Clock):
         self.case, self.settings, self.runner, self.planned_looks = case, settings, runner, planned_looks
+        self.clock = clock
         self.oracle = True
         self.variance: tuple[VarianceResult, ...] = ()
         self.algebra: AlgebraResult | None = None  # judged early when it decided the stop
@@ -267,13 +297,16 @@ class _Looks:
     def __call__(self, looks: tuple[int, ...]) -> bool:
         s, runner = self.settings, self.runner
         self.oracle = runner.oracle_unavailable is None
-        self.variance = _judge_variance(self.case, s, runner, looks, self.planned_looks) if self.oracle else ()
+        with self.clock.measure("variance"):
+            self.variance = _judge_variance(self.case, s, runner, looks, self.planned_looks) if self.oracle else ()
         if not self.oracle or all(interval_is_decisive(v) for v in self.variance) or looks[-1] >= s.max_replicates:
             return True
-        if any(b.verdict is Verdict.FAIL for b in _judge_bias(self.case, s, runner, self.oracle)):
+        with self.clock.measure("bias"):
+            bias = _judge_bias(self.case, s, runner, self.oracle)
+        if any(b.verdict is Verdict.FAIL for b in bias):
             self.settled = "the bias gate FAILs"
         else:
-            self.algebra = self.algebra or _judge_algebra(self.case, s, runner)
+            self.algebra = self.algebra or _judge_algebra(self.case, s, runner, self.clock)
             if self.algebra.verdict is Verdict.FAIL:
                 self.settled = "the algebra gate FAILs"
         return self.settled is not None
@@ -284,20 +317,30 @@ class _Looks:
         return f"replicates stopped at the look of {looks[-1]}: {self.settled}, so more looks could not change the verdict"
 
 
-def _run(case: Case, s: Settings, progress) -> tuple[Runner, list[int], _Looks]:
-    """Compute the replicates look by look (checkpointed, resumable, shared among ranks)."""
+def _run(case: Case, s: Settings, progress, clock: _Clock) -> tuple[Runner, list[int], _Looks, dict | None]:
+    """Compute the replicates look by look (checkpointed, resumable, shared among ranks); the last
+    item says what a resumed run took from its checkpoint (None for a fresh run)."""
+    started = time.perf_counter()
     comm = distributed.current()
     runner = Runner(case, s.seed, s.device, batch_memory=s.batch_memory)  # batch_memory: see Case.independent_leading_axis
     fp = _ckpt.fingerprint(case, s.seed, s.replicates, s.max_replicates, s.horizon, s.device, s.bias_thresholds,
                            s.variance_thresholds) if s.checkpoint is not None else None
     schedule = look_schedule(s.replicates, s.max_replicates)
     looks, target = _resume(s.checkpoint, fp, runner, comm) if s.resume else ([], s.replicates)
-    judged = _Looks(case, s, runner, len(schedule))
+    resumed = None
+    if s.resume:
+        resumed = {"checkpoint": s.checkpoint, "replicates": runner.done, "looks": list(looks)}
+        clock.event("resumed", **resumed)
+    clock.event("stage", stage="replicates")
+    judged = _Looks(case, s, runner, len(schedule), clock)
     saver = Saver(s.checkpoint, fp, runner, comm, s.checkpoint_every, s.checkpoint_seconds)
-    looks = run_looks(runner, schedule, comm, saver, judged, progress, looks, target)
+    limit = None if s.max_time is None else TimeLimit(s.max_time, time.monotonic())
+    judging = sum(clock.seconds.values())
+    looks = run_looks(runner, schedule, comm, saver, judged, progress, looks, target, limit)
     if runner.accumulators is None:
         raise KernelError(f"case {case.name!r}: no replicate was computed")
-    return runner, looks, judged
+    clock.seconds["replicates"] = time.perf_counter() - started - (sum(clock.seconds.values()) - judging)
+    return runner, looks, judged, resumed
 
 
 @dataclass(frozen=True)
@@ -308,12 +351,14 @@ class _Gates:
     bitwise: tuple
 
 
-def _judge(case: Case, s: Settings, runner: Runner, judged: _Looks) -> _Gates:
+def _judge(case: Case, s: Settings, runner: Runner, judged: _Looks, clock: _Clock) -> _Gates:
     """Every gate on what the run accumulated (the variance gate as judged at the last look)."""
-    bias = _judge_bias(case, s, runner, judged.oracle)
-    bitwise = tuple(judge_bitwise(acc, runner.early_moments(i, len(acc.replicate)), s.bias_thresholds.z_star)
-                    for i, acc in enumerate(runner.accumulators))  # L0: informational
-    algebra = judged.algebra or _judge_algebra(case, s, runner)
+    with clock.measure("bias"):
+        bias = _judge_bias(case, s, runner, judged.oracle)
+    with clock.measure("l0"):
+        bitwise = tuple(judge_bitwise(acc, runner.early_moments(i, len(acc.replicate)), s.bias_thresholds.z_star)
+                        for i, acc in enumerate(runner.accumulators))  # L0: informational
+    algebra = judged.algebra or _judge_algebra(case, s, runner, clock)
     return _Gates(algebra, bias, judged.variance, bitwise)
 
 
@@ -333,10 +378,12 @@ def _judge_bias(case: Case, s: Settings, runner: Runner, oracle: bool) -> tuple[
                  for acc in runner.accumulators)
 
 
-def _judge_algebra(case: Case, s: Settings, runner: Runner) -> AlgebraResult:
-    evidence = evaluate_algebra(case, runner.weights, s.seed, s.device, s.algebra_points, s.algebra_points,
-                                proof=s.algebra_proof)
-    return judge_algebra(evidence, s.accept_untested_algebra, s.bias_thresholds.ulp_floor)
+def _judge_algebra(case: Case, s: Settings, runner: Runner, clock: _Clock) -> AlgebraResult:
+    clock.event("stage", stage="algebra")
+    with clock.measure("algebra"):
+        evidence = evaluate_algebra(case, runner.weights, s.seed, s.device, s.algebra_points, s.algebra_points,
+                                    proof=s.algebra_proof)
+        return judge_algebra(evidence, s.accept_untested_algebra, s.bias_thresholds.ulp_floor)
 
 
 class _Code(str):
@@ -362,7 +409,7 @@ def _library_call(case: Case, s: Settings) -> str:
 
 
 def _assemble(case: Case, s: Settings, runner: Runner, looks: list[int], gates: _Gates, judged: _Looks,
-              notes, wall_time_s: float) -> Certificate:
+              notes, resumed: dict | None) -> Certificate:
     outputs = tuple(
         OutputInfo(acc.layout.name, acc.layout.shape, acc.layout.dtype_name,
                    str(acc.layout.prod_dtype).removeprefix("torch."), acc.moments["raw"].size,
@@ -380,7 +427,8 @@ def _assemble(case: Case, s: Settings, runner: Runner, looks: list[int], gates: 
         command=s.command or _library_call(case, s),
         environment=describe_environment(s.device),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        wall_time_s=wall_time_s,
+        wall_time_s=0.0,  # set with the timings once the checks have run
+        resumed=resumed,
     )
     return Certificate(
         case=case.name,

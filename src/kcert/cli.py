@@ -28,8 +28,9 @@ __all__ = ["COMMANDS", "Command", "DEFAULT_HORIZON", "EXIT_ERROR", "EXIT_FAIL", 
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand. ``run(args)`` returns the exit code; ``args.quiet`` is True on torchrun ranks
-    other than 0 (print and write nothing). ``distributed``: the command runs under torchrun."""
+    """One subcommand. ``run(args)`` returns the exit code; ``args.silent`` is True on torchrun ranks
+    other than 0 (print and write nothing); ``args.argv`` holds the command line's words after
+    ``kcert``. ``distributed``: the command runs under torchrun."""
 
     name: str
     help: str
@@ -47,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _commands() -> list[Command]:
     # command modules are light at import; each run imports what it needs
-    from .commands import calibrate, certify, compare, controls, kernelbench
+    from .commands import calibrate, certify, compare, controls, kernelbench, step
     from .training import cli as training_cli
 
     return [
@@ -64,6 +65,8 @@ def _commands() -> list[Command]:
                 kernelbench.add_arguments, kernelbench.run),
         Command("train-compare", "train a small model with ref's kernel and with prod's, paired by seed: does "
                 "training differ?", training_cli.add_arguments, training_cli.run),
+        Command("step", "certify a training step across gradient accumulation, ranks and loss aggregation (L2)",
+                step.add_arguments, step.run),
     ]
 
 
@@ -71,26 +74,36 @@ COMMANDS: list[Command] = _commands()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kcert", description="Certify that a production kernel computes what its reference computes.")
+    parser = _Parser(prog="kcert", description="Certify that a production kernel computes what its reference computes.",
+                     epilog="exit codes: 0 every verdict PASS; 1 a FAIL; 3 a WARN or SKIPPED to review; 2 a usage or "
+                            "input error; 124 --max-time ran out, 130 Ctrl-C, 143 SIGTERM (state saved to the "
+                            "checkpoint; --resume continues). docs/verdicts.md")
     parser.add_argument("--version", action="version", version=f"kcert {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.subcommands = {}
     for command in COMMANDS:
-        command.add_arguments(sub.add_parser(command.name, help=command.help, description=command.help))
+        parser.subcommands[command.name] = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(parser.subcommands[command.name])
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(argv)
+    own = parser.subcommands[args.command]  # a usage error of a subcommand prints that subcommand's usage
+    if unknown:
+        own.error(f"unrecognized arguments: {' '.join(unknown)}")
     command = next(c for c in COMMANDS if c.name == args.command)
-    args.quiet = False
+    args.silent, args.argv = False, argv
+    args.quiet = getattr(args, "quiet", False)
     check = getattr(args, "check_arguments", None)
     if check is not None:
         message = check(args)
         if message:
-            parser.error(message)
+            own.error(message)
     if not _launched_by_torchrun():
-        return command.run(args)
+        return _run(command, args)
     # torchrun: one process per rank; they share the replicates, rank 0 alone prints and writes
     from .commands.output import Streams
 
@@ -109,13 +122,40 @@ def main(argv: list[str] | None = None) -> int:
             f"torch.distributed could not start (WORLD_SIZE={os.environ.get('WORLD_SIZE')}): {exc}")
         return EXIT_ERROR
     try:
-        args.quiet = comm.rank != 0
-        code = command.run(args)
+        args.silent = comm.rank != 0
+        code = _run(command, args)
         comm.barrier()  # reports are written before any rank exits
     finally:
         group.__exit__(None, None, None)
     # torchrun stops every rank as soon as one exits non-zero: rank 0 alone carries the outcome
     return code if comm.rank == 0 else EXIT_PASS
+
+
+def _run(command: Command, args) -> int:
+    """``command.run(args)`` under SIGTERM handling, with every way it can end turned into an exit code:
+    an interrupt that escaped the command's own handling (130, or 143 for SIGTERM) and an exception
+    kcert did not expect (2, with its traceback: a bug to report; never 1, which means a FAIL)."""
+    from .commands.runtime import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, TerminateOnSignal, restore_threads
+
+    try:
+        with TerminateOnSignal():
+            return command.run(args)
+    except Terminated:
+        sys.stderr.write(f"kcert: {args.command} terminated (SIGTERM)\n")
+        return EXIT_TERMINATED
+    except KeyboardInterrupt:
+        sys.stderr.write(f"kcert: {args.command} interrupted\n")
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - exit 2 with the traceback, never exit 1 (a FAIL)
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        sys.stderr.write(f"kcert: error: kcert {args.command} stopped on an unexpected {type(exc).__name__}: {exc} "
+                         "(a bug in kcert or an input it does not check yet; please report it with the traceback "
+                         "above)\n")
+        return EXIT_ERROR
+    finally:
+        restore_threads()  # main() called from Python leaves torch's threads as it found them
 
 
 def _launched_by_torchrun() -> bool:

@@ -106,3 +106,23 @@ class TritonUnavailable(KcertError, RuntimeError):
 
 class KernelBenchError(CaseFileError):
     """A KernelBench problem or candidate that cannot be loaded or built (exit 2 on the command line)."""
+
+
+# --- bounded runs --------------------------------------------------------------------------------------
+
+
+class TimeLimitReached(KcertError, TimeoutError):
+    """The replicate phase of a certification ran past its time limit (``certify(max_time=...)``,
+    ``kcert certify --max-time``). Not a verdict: the run stopped at a replicate boundary and, when it
+    has a checkpoint, saved its state there, so ``resume=True`` continues it to the certificate an
+    uninterrupted run gives. Also a ``TimeoutError``.
+
+    Attributes: ``case``, ``done`` (replicates computed), ``planned`` (replicates of the look in
+    progress), ``limit`` (seconds), ``checkpoint`` (the file holding the state, or None)."""
+
+    def __init__(self, case: str, done: int, planned: int, limit: float, checkpoint: str | None):
+        saved = (f"; the state is saved in {checkpoint}: resume to continue" if checkpoint
+                 else "; no checkpoint was given, so nothing is saved")
+        super().__init__(f"case {case!r}: the time limit of {limit:g} s was reached after {done} of {planned} "
+                         f"planned replicates{saved}")
+        self.case, self.done, self.planned, self.limit, self.checkpoint = case, done, planned, limit, checkpoint

@@ -21,12 +21,18 @@ run there would describe the interpreter, not the kernel, so this module refuses
 float16 in the interpreter: CPU runs of Triton kernels are float32 (or float64) only, and their
 cases say so in their description.
 
-Nothing here imports triton.
+Third-party kernels written for the GPU compiler mostly fail in triton 3.6's interpreter as shipped
+(tensor loop bounds under numpy >= 2.4, float arguments, libdevice functions, autotuning, functions
+jitted before ``TRITON_INTERPRET=1`` was set): a prod wrapped here runs inside
+:func:`interpreter_compat` (kcert/adapters/triton_interpreter.py), which patches each of those for
+the duration of the call (``compat=False`` to run the interpreter as shipped).
+
+Nothing here imports triton at import time.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -34,19 +40,16 @@ import torch
 
 from ..case import Case
 from ..errors import TritonPrecisionError, TritonUnavailable
+from .triton_interpreter import PATCHES as INTERPRETER_PATCHES
+from .triton_interpreter import interpreter_compat, interpreter_requested
 
 INTERPRETER_DTYPES = (torch.float32, torch.float64)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 __all__ = [
-    "INTERPRETER_DTYPES", "TritonKernel", "TritonPrecisionError", "TritonUnavailable", "check_precision",
-    "execution_mode", "interpreter_requested", "triton_case", "triton_prod",
+    "INTERPRETER_DTYPES", "INTERPRETER_PATCHES", "TritonKernel", "TritonPrecisionError", "TritonUnavailable",
+    "check_precision", "execution_mode", "interpreter_compat", "interpreter_requested", "triton_case", "triton_prod",
 ]
-
-
-def interpreter_requested() -> bool:
-    """Whether ``TRITON_INTERPRET`` asks for the interpreter (triton reads "1", "true", "on", "yes")."""
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 
 
 def execution_mode() -> str:
@@ -85,40 +88,47 @@ def check_precision(dtype: torch.dtype, *, where: str = "triton") -> str:
 @dataclass(frozen=True, eq=False)
 class TritonKernel:
     """A Triton launch used as prod. In the interpreter every floating argument is checked before
-    the launch (a bf16 tensor is refused even when the case dtype is float32, e.g. a Fixed probe)."""
+    the launch (a bf16 tensor is refused even when the case dtype is float32, e.g. a Fixed probe),
+    and with ``compat`` the call runs inside :func:`interpreter_compat`."""
 
     fn: Callable[..., Any]
     name: str
+    compat: bool = True
 
     def __call__(self, **kwargs):
         if execution_mode() == "interpreter":
             for key, value in kwargs.items():
                 if isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION:
                     raise TritonPrecisionError(f"{self.name}: {_refusal(f'argument {key!r}', value.dtype)}")
-        return self.fn(**kwargs)
+        with interpreter_compat() if self.compat else contextlib.nullcontext():
+            return self.fn(**kwargs)
 
 
-def triton_prod(fn: Callable[..., Any], *, name: str | None = None) -> TritonKernel:
+def triton_prod(fn: Callable[..., Any], *, name: str | None = None, compat: bool = True) -> TritonKernel:
     """Wrap a function that launches a Triton kernel (keyword arguments named like the probes,
-    returns its output tensors) as a prod with the interpreter guard."""
+    returns its output tensors) as a prod with the interpreter guard. ``compat``: run each call
+    inside :func:`interpreter_compat` (a no-op outside the interpreter). Wrap a gradient case's prod
+    (``kcert.gradients``) again so that the backward kernels, launched after the forward returned,
+    run inside it too."""
     if not callable(fn):
         raise TypeError(f"triton_prod: fn must be callable, got {type(fn).__name__}")
-    return TritonKernel(fn, name or getattr(fn, "__name__", "triton kernel"))
+    return TritonKernel(fn, name or getattr(fn, "__name__", "triton kernel"), compat)
 
 
 def triton_case(name: str, ref: Callable[..., Any], prod: Callable[..., Any], *,
                 dtype: torch.dtype = torch.bfloat16, prod_math: Callable[..., Any] | None = None,
-                description: str = "", **case_kwargs) -> Case:
+                description: str = "", compat: bool = True, **case_kwargs) -> Case:
     """A :class:`kcert.Case` with a Triton prod. Refuses what this machine cannot run faithfully
     (see :func:`check_precision`); in the interpreter the description records that the run is a
     float32 CPU emulation. ``prod_math``: the kernel's real-number definition in torch, for the
     algebra gate's identity test (without it that gate runs the precision ladder: a Triton launch
-    cannot run in real mode; in the interpreter the ladder's rungs are float32 and float64)."""
+    cannot run in real mode; in the interpreter the ladder's rungs are float32 and float64).
+    ``compat``: a plain callable prod runs inside :func:`interpreter_compat` (see :func:`triton_prod`)."""
     mode = check_precision(dtype, where=f"triton_case({name!r})")
     notes = [description] if description else []
     if mode == "interpreter":
         notes.append(f"prod runs in the Triton CPU interpreter in {str(dtype).removeprefix('torch.')} "
                      "(float32 only on CPU; low precision needs a GPU)")
-    kernel = prod if isinstance(prod, TritonKernel) else triton_prod(prod)
+    kernel = prod if isinstance(prod, TritonKernel) else triton_prod(prod, compat=compat)
     return Case(name=name, ref=ref, prod=kernel, dtype=dtype, prod_math=prod_math, description="; ".join(notes),
                 **case_kwargs)

@@ -39,13 +39,14 @@ def _softcap(z: torch.Tensor, softcap: float | None) -> torch.Tensor:
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int = IGNORE_INDEX,
-                  z_loss: float = 0.0, softcap: float | None = None) -> torch.Tensor:
-    """Token-mean cross-entropy over non-ignored tokens (float32), optional softcap and z-loss.
+                  z_loss: float = 0.0, softcap: float | None = None, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Token-mean cross-entropy over non-ignored tokens (float32), optional softcap, z-loss and label
+    smoothing (``F.cross_entropy``'s: the target distribution ``(1 - eps) one_hot + eps / V``).
     ``logits``: (..., V); ``labels``: (...) integer ids, ``ignore_index`` for padding."""
     z = _softcap(logits.float(), softcap)
     z = z.reshape(-1, z.shape[-1])
     y = labels.reshape(-1)
-    loss = F.cross_entropy(z, y, ignore_index=ignore_index, reduction="mean")
+    loss = F.cross_entropy(z, y, ignore_index=ignore_index, reduction="mean", label_smoothing=label_smoothing)
     if z_loss:
         valid = y != ignore_index
         lse = torch.logsumexp(z, dim=-1)

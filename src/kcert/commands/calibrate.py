@@ -6,7 +6,8 @@ import argparse
 import shlex
 
 from . import EXIT_ERROR, EXIT_PASS
-from .certify import integer
+from .options import check_threads, integer
+from .runtime import DEFAULT_THREADS, set_threads
 from .output import Streams, first_output_problem, write_output
 
 
@@ -17,9 +18,12 @@ def add_arguments(cal: argparse.ArgumentParser) -> None:
     cal.add_argument("--replicates", "-R", type=integer, default=None, metavar="R",
                      help="replicates per run (default: each control's declared count)")
     cal.add_argument("--quick", action="store_true", help="at most 256 replicates per run")
+    cal.add_argument("--threads", type=integer, default=DEFAULT_THREADS, metavar="N",
+                     help=f"torch threads (default {DEFAULT_THREADS}, as kcert certify: docs/benchmarks.md)")
     cal.add_argument("--json", metavar="OUT",
                      help="write every output's record as JSON (kcert.calibration/1); '-' for stdout")
     cal.add_argument("--markdown", metavar="OUT", help="write the tables as Markdown (docs/calibration.md)")
+    cal.set_defaults(check_arguments=check_threads)
 
 
 def run(args) -> int:
@@ -28,6 +32,7 @@ def run(args) -> int:
     if problem:
         streams.error(problem)
         return EXIT_ERROR
+    set_threads(args.threads)
     import json
 
     from rich.table import Table

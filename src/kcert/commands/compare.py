@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from . import EXIT_ERROR
-from .certify import integer
+from .options import integer
 from .output import Streams
 
 

@@ -6,7 +6,8 @@ import argparse
 import shlex
 
 from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
-from .certify import integer
+from .options import check_threads, integer
+from .runtime import DEFAULT_THREADS, set_threads
 from .output import Streams, first_output_problem, write_output
 
 
@@ -15,9 +16,12 @@ def add_arguments(k: argparse.ArgumentParser) -> None:
     k.add_argument("--control", action="append", metavar="NAME", help="only this control (repeatable)")
     k.add_argument("--quick", action="store_true", help="the quick subset, at most 256 replicates each")
     k.add_argument("--seed", "-s", type=integer, default=0, metavar="S", help="seed (default 0)")
+    k.add_argument("--threads", type=integer, default=DEFAULT_THREADS, metavar="N",
+                   help=f"torch threads (default {DEFAULT_THREADS}, as kcert certify: docs/benchmarks.md)")
     k.add_argument("--json", metavar="OUT", help="write every row and certificate as JSON (kcert.controls/1); "
                                                  "'-' for stdout")
     k.add_argument("--markdown", metavar="OUT", help="write the table as Markdown (docs/controls.md)")
+    k.set_defaults(check_arguments=check_threads)
 
 
 def run(args) -> int:
@@ -26,6 +30,7 @@ def run(args) -> int:
     if problem:
         streams.error(problem)
         return EXIT_ERROR
+    set_threads(args.threads)
     from ..controls.registry import FAMILIES, all_controls
     from ..controls.suite import run_controls, summarize
     from ..report import controls as render

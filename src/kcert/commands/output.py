@@ -29,9 +29,9 @@ class Streams:
     def make(cls, args, stdout_taken: bool = False) -> Streams:
         from rich.console import Console
 
-        quiet = bool(getattr(args, "quiet", False))
-        err = Console(stderr=True, soft_wrap=False, quiet=quiet)
-        out = err if stdout_taken else Console(quiet=quiet)
+        silent = bool(getattr(args, "silent", False))  # torchrun ranks other than 0
+        err = Console(stderr=True, soft_wrap=False, quiet=silent)
+        out = err if stdout_taken else Console(quiet=silent)
         if not out.is_terminal:
             out.width = max(out.width, 132)  # tables stay readable in logs and CI output
         return cls(out, err)

@@ -11,11 +11,11 @@ from typing import Callable
 from ..case import Case
 
 FAMILIES = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss", "backward", "framework", "compiled",
-            "float32", "opaque", "shape")
+            "float32", "opaque", "shape", "step")
 # Modules that define controls; importing them fills the registry.
 # A module that is absent (or needs an optional extra that is not installed) is skipped.
 MODULES = ("norms", "rope", "attention", "moe", "activations", "backward", "framework", "compiled", "float32",
-           "opaque", "shapes")
+           "opaque", "opaque_float32", "shapes", "step")
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Control:
     family: str
     kind: str  # "negative" (a real defect: must be detected) or "positive" (known good: must not FAIL)
     source: str  # the public report or the real kernel it reproduces
-    build: Callable[[], Case]
+    build: Callable[[], Case]  # a kcert.Step for the family "step" (certified with kcert.certify_step)
     doc: str
     replicates: int = 1024
     expect: str | None = None  # a verdict the control must get exactly (e.g. "FAIL"), beyond the bar

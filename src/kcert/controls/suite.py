@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from ..case import Case
 from ..certificate import Certificate
 from ..certification import certify
 from ..errors import KcertError
@@ -28,6 +29,7 @@ class ControlResult:
     certificate: Certificate | None
     seconds: float
     error: str | None = None
+    step: object | None = None  # a StepCertificate (family "step"): ``certificate`` is its deciding configuration's
 
     @property
     def gates(self) -> dict[str, Verdict]:
@@ -89,10 +91,12 @@ class ControlResult:
         return self.detected if self.control.kind == "negative" else self.verdict is not Verdict.FAIL
 
     def deciding_figure(self) -> str:
-        """The number behind the most severe gate."""
+        """The number behind the most severe gate (a step: its configuration dependence)."""
         c = self.certificate
         if c is None:
             return self.error or ""
+        if self.step is not None:
+            return f"step: {self.step.dependence}"
         worst = max(GATES, key=lambda g: c.gates[g].severity)
         if c.gates[worst] is Verdict.PASS:
             worst = "bias"
@@ -122,7 +126,7 @@ class ControlResult:
             if f:
                 f = f[0]
                 return f"bias: {f.effect_ulp:.2g} ULP, z {f.z:+.3g} at {f.label} ({f.statistic})"
-        return "bias: no significant bucket"
+        return "bias: no bucket WARN or FAIL"
 
 
 @dataclass(frozen=True)
@@ -163,10 +167,18 @@ def run_controls(controls: Iterable[Control], seed: int = 0, quick: bool = False
             progress(control, i, len(controls))
         start = time.perf_counter()
         replicates = min(control.replicates, 256) if quick else control.replicates
+        command = f"kcert controls --control {control.name} --seed {seed}" + (" --quick" if quick else "")
         try:
-            cert = certify(control.build(), replicates=replicates, seed=seed,
-                           command=f"kcert controls --control {control.name} --seed {seed}" + (" --quick" if quick else ""))
-            results.append(ControlResult(control, cert, time.perf_counter() - start))
+            built = control.build()
+            if isinstance(built, Case):
+                cert = certify(built, replicates=replicates, seed=seed, command=command)
+                results.append(ControlResult(control, cert, time.perf_counter() - start))
+            else:  # a training step (family "step"): every configuration of its sweep
+                from ..step import certify_step
+
+                step = certify_step(built, replicates=replicates, seed=seed, command=command)
+                results.append(ControlResult(control, step.deciding.certificate, time.perf_counter() - start,
+                                             step=step))
         except KcertError as exc:
             results.append(ControlResult(control, None, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"))
     return results

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -22,7 +23,7 @@ from ..case import Case
 from ..errors import KernelError, RealModeUnsupported
 from ..stats.identity import FAIL_FLOOR
 from . import ladder as ladder_run
-from . import probes, seeding
+from . import probes
 from .evidence import AlgebraEvidence, IdentityOutput
 from .realmode import run_real
 from .runner import as_outputs
@@ -55,16 +56,20 @@ def relative_discrepancy(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def evaluate_algebra(case: Case, weights: probes.Draw, seed: int, device, points: int = 8, wide_points: int = 8,
-                     widen: float = 4.0, proof: bool = True, proof_budget_s: float | None = None) -> AlgebraEvidence:
+                     widen: float = 4.0, proof: bool = True, proof_budget_s: float | None = None,
+                     small_points: int | None = None) -> AlgebraEvidence:
     """Run the algebra gate's evaluations for ``case`` (``weights``: the run's weights); see the module
-    docstring. ``proof_budget_s``: the proof's hang guard (default ``execution.proof.PROOF_BUDGET_S``).
-    Raises :class:`KernelError` when ref and prod return different numbers of outputs in real mode."""
+    docstring. ``small_points``: draws scaled to small magnitudes after the probe and wide ones (default
+    ``points // 2``; :class:`kcert.execution.probes.PointPlan`). ``proof_budget_s``: the proof's hang
+    guard (default ``execution.proof.PROOF_BUDGET_S``). Raises :class:`KernelError` when ref and prod
+    return different numbers of outputs in real mode."""
     sides = {"ref": (case.ref, "ref in real mode", case.oracle, "the given oracle"),
              "prod": (case.prod, "prod in real mode", case.prod_math, "the given prod_math")}
     chosen: dict[str, tuple[Callable, str]] = {}
     skip_reasons = []
-    draws = [probes.draw_inputs(case, seed, i, device, stream=seeding.ALGEBRA, widen=1.0 if i < points else widen)
-             for i in range(points + wide_points)]
+    opaque = ""
+    plan = probes.PointPlan.for_case(case, points, wide_points, small_points, widen)
+    draws = [plan.draw(case, seed, i, device) for i in range(plan.total)]
     results: dict[str, dict[torch.dtype, list]] = {}
     for role, (kernel, kernel_label, math_def, math_label) in sides.items():
         candidates = [(kernel, kernel_label)] + ([(math_def, math_label)] if math_def is not None else [])
@@ -79,17 +84,21 @@ def evaluate_algebra(case: Case, weights: probes.Draw, seed: int, device, points
         if role not in chosen:
             what = "math definition (Case(oracle=...))" if role == "ref" else "real definition (Case(prod_math=...))"
             skip_reasons.append(f"{role} cannot run in real mode and no {what} was given: {last_error}")
+            if role == "prod":
+                opaque = opaque_kind(str(last_error))
 
     def evidence(**found) -> AlgebraEvidence:
         return AlgebraEvidence(points, wide_points, chosen.get("ref", (None, "unavailable"))[1],
                                chosen.get("prod", (None, "unavailable"))[1], ladder_run.dtype_name(case.dtype),
-                               case.accept_untested_algebra, tuple(skip_reasons), **found)
+                               case.accept_untested_algebra, tuple(skip_reasons), small_points=plan.small_points,
+                               training_dtype=case.training_format, prod_opaque=opaque, **found)
 
     if skip_reasons:
         if "prod" in chosen:
             return evidence()  # prod runs in real mode; ref has no oracle: nothing to compare prod with
         try:
-            return evidence(ladder=ladder_run.measure(case, weights, seed, device, points, wide_points, widen))
+            return evidence(ladder=ladder_run.measure(case, weights, seed, device, points, wide_points, widen,
+                                                      small_points=plan.small_points))
         except ladder_run.OracleUnavailable as exc:
             return evidence(no_oracle=str(exc))
 
@@ -115,6 +124,25 @@ def evaluate_algebra(case: Case, weights: probes.Draw, seed: int, device, points
     attempt = prove(case, chosen["ref"], chosen["prod"], draws, weights, FAIL_FLOOR,
                     PROOF_BUDGET_S if proof_budget_s is None else proof_budget_s, wide_from=points)
     return evidence(outputs=tuple(outputs), proof=attempt)
+
+
+# What real mode stopped at, in the words of its refusal (execution/realmode.py), and what that makes prod.
+_OPAQUE_KINDS = (
+    (("data_ptr", "untyped_storage", "__cuda_array_interface__", "__dlpack__", "storage"),
+     "it reads raw storage: a Triton launch or a C/C++/CUDA extension"),
+    (("numpy",), "it leaves torch through .numpy(): a numpy body, or Triton's CPU interpreter"),
+    (("custom operator", "::", "torch.ops."), "a custom operator, whose body kcert cannot evaluate in float64"),
+)
+
+
+def opaque_kind(refusal: str) -> str:
+    """Why prod is opaque to real mode, in a short clause, from real mode's refusal message."""
+    called = re.search(r"cannot follow `([^`]+)`", refusal)
+    what = called.group(1) if called else ""
+    for keys, text in _OPAQUE_KINDS:
+        if any(k in what or k in refusal[:200] for k in keys):
+            return f"{text}: `{what}`" if what else text
+    return f"kcert cannot evaluate it in float64: `{what}`" if what else "kcert cannot evaluate it in float64"
 
 
 def _run_real(fn: Callable, label: str, draws, weights) -> dict:

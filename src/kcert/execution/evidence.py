@@ -35,6 +35,11 @@ class RungMeasurement:
     ref_error: tuple[float | None, ...] = ()
     ref_reason: str = ""  # why ref did not run at this precision
     output_dtypes: tuple[str, ...] = ()  # the dtype of each of prod's outputs at this precision
+    # per output, per point (LadderMeasurement.point_names): the errors the maxima above are taken over
+    # (ref's: None where non-finite; empty when ref did not run)
+    prod_point_errors: tuple[tuple[float, ...], ...] = ()
+    ref_point_errors: tuple[tuple[float | None, ...], ...] = ()
+    pair_point_errors: tuple[tuple[float | None, ...], ...] = ()  # |prod - ref| / max|ref|, where ref ran
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class LadderMeasurement:
     wide_points: int
     outputs: tuple[str, ...]
     rungs: tuple[RungMeasurement, ...]  # every candidate, in ladder order
+    small_points: int = 0  # after the probe and wide points: draws scaled to small magnitudes
+    point_names: tuple[str, ...] = ()  # each point in words ("probe draw 0", "draw 17 scaled by 2^-20")
 
 
 @dataclass(frozen=True)
@@ -69,3 +76,6 @@ class AlgebraEvidence:
     proof: AlgebraProofResult | None = None
     ladder: LadderMeasurement | None = None
     no_oracle: str | None = None
+    small_points: int = 0  # draws scaled to small magnitudes after the probe and wide ones
+    training_dtype: str = "bfloat16"  # the case's training format: the harm unit's format
+    prod_opaque: str = ""  # why real mode could not follow prod, in a short clause ("" when it could)

@@ -16,8 +16,9 @@ floor?) is pure statistics, in :mod:`kcert.stats.ladder`, applied by gates/algeb
   each value is exactly representable at every rung: every rung and the oracle see the same real
   inputs. ``Fixed`` and integer probes are passed as they are at every rung; weights are the
   run's weights rounded the same way.
-- **Errors.** Per output and rung, the largest over points of ``max|out - oracle| / max|oracle|``
-  (the identity test's relative discrepancy), for prod and, where ref runs at that rung, for ref.
+- **Errors.** Per output, rung and point, ``max|out - oracle| / max|oracle|`` (the identity test's
+  relative discrepancy) for prod and, where ref runs at that rung, for ref, and the paired difference
+  ``max|prod - ref| / max|ref|``; the gate takes maxima over groups of points.
   A rung at which prod returns a non-finite value where the oracle is finite is dropped (the
   format's range: float16 overflows at 65504), and says so.
 """
@@ -106,17 +107,18 @@ def _grid_round(value: torch.Tensor, formats: Sequence[torch.dtype]) -> torch.Te
     return out
 
 
-def _draw_points(case: Case, seed: int, device, points: int, wide_points: int, widen: float):
+def _draw_points(case: Case, seed: int, device, plan: probes.PointPlan):
     """(name -> (probe, sample)) per point: the algebra stream's draws, unrounded (float32 draws, float64
     for a float64 case, as the runner draws them)."""
     precision = torch.float64 if case.dtype == torch.float64 else torch.float32
     out = []
-    for i in range(points + wide_points):
+    for i in range(plan.total):
         g = seeding.generator(seed, seeding.ALGEBRA, i, device)
-        factor = 1.0 if i < points else widen
+        widen, scale = plan.transform(i)
         values = {}
         for name, probe in case.inputs.items():
-            p = probe.widened(factor) if factor != 1.0 else probe
+            p = probe.widened(widen) if widen != 1.0 else probe
+            p = p.scaled(scale) if scale != 1.0 else p
             values[name] = (probe.rounds_to_case_dtype, p.sample(g, device, precision))
         out.append(values)
     return out
@@ -187,15 +189,18 @@ def _refusal(outs, oracle_outs, dtype: torch.dtype, role: str) -> str | None:
 
 
 def measure(case: Case, weights: probes.Draw, seed: int, device, points: int = 8, wide_points: int = 8,
-            widen: float = 4.0, candidates: Sequence[torch.dtype] | None = None) -> LadderMeasurement:
+            widen: float = 4.0, candidates: Sequence[torch.dtype] | None = None,
+            small_points: int | None = None) -> LadderMeasurement:
     """Run prod (and ref) at every candidate precision prod accepts; see the module docstring.
+    ``small_points``: draws scaled to small magnitudes (default ``points // 2``, :class:`probes.PointPlan`).
     Raises :class:`OracleUnavailable` when there is no float64 oracle, :class:`KernelError` when the
     oracle itself raises."""
     if candidates is None:
         candidates = case.prod_precisions or default_precisions(case.dtype)
     candidates = tuple(sorted(dict.fromkeys(candidates), key=significand_bits))
     oracle, oracle_label = _oracle_fn(case)
-    drawn = _draw_points(case, seed, device, points, wide_points, widen)
+    plan = probes.PointPlan.for_case(case, points, wide_points, small_points, widen)
+    drawn = _draw_points(case, seed, device, plan)
     # the run's weights: drawn values go on the grid like the inputs, Fixed ones stay as they are
     weight_values = {name: (probe.rounds_to_case_dtype,
                             weights.exact[name] if probe.rounds_to_case_dtype else weights.working[name])
@@ -231,8 +236,9 @@ def measure(case: Case, weights: probes.Draw, seed: int, device, points: int = 8
         if d in refused:
             rungs.append(RungMeasurement(dtype_name(d), False, refused[d]))
             continue
-        prod_err = [0.0] * n_out
-        ref_err: list[float | None] = [0.0] * n_out
+        prod_err: list[list[float]] = [[] for _ in range(n_out)]  # per output, per point
+        ref_err: list[list[float]] = [[] for _ in range(n_out)]
+        pair_err: list[list[float]] = [[] for _ in range(n_out)]  # |prod - ref| relative to ref's peak
         reason, ref_reason = "", ""
         out_dtypes: tuple[str, ...] = ()
         for i, point in enumerate(drawn):
@@ -248,7 +254,7 @@ def measure(case: Case, weights: probes.Draw, seed: int, device, points: int = 8
                 break
             out_dtypes = out_dtypes or tuple(dtype_name(o.dtype) for o in outs)
             for j in range(n_out):
-                prod_err[j] = max(prod_err[j], relative_error(oracle_outs[i][j], outs[j]))
+                prod_err[j].append(relative_error(oracle_outs[i][j], outs[j]))
             if not ref_reason:
                 try:
                     routs = _as_outputs(_call(case.ref, kwargs))
@@ -256,21 +262,28 @@ def measure(case: Case, weights: probes.Draw, seed: int, device, points: int = 8
                     if why is not None:
                         raise ValueError(why)
                     for j in range(n_out):
-                        ref_err[j] = max(ref_err[j], relative_error(oracle_outs[i][j], routs[j]))
+                        ref_err[j].append(relative_error(oracle_outs[i][j], routs[j]))
+                        pair_err[j].append(relative_error(routs[j], outs[j]))
                 except Exception as exc:  # noqa: BLE001 - ref is only the yardstick here
-                    ref_reason = _first_line(exc)
+                    ref_reason = f"{_first_line(exc)} at point {i}"
         if reason:
             rungs.append(RungMeasurement(dtype_name(d), False, reason))
             continue
-        if any(math.isinf(e) for e in prod_err):
-            worst = names[next(j for j, e in enumerate(prod_err) if math.isinf(e))]
-            rungs.append(RungMeasurement(dtype_name(d), False, f"{worst}: prod returns non-finite values where the "
-                                         f"float64 oracle is finite (the format's range), rung dropped"))
+        nonfinite = [(j, i) for j in range(n_out) for i, e in enumerate(prod_err[j]) if math.isinf(e)]
+        if nonfinite:
+            j, i = nonfinite[0]
+            rungs.append(RungMeasurement(dtype_name(d), False, f"{names[j]}: prod returns non-finite values where the "
+                                         f"float64 oracle is finite at {plan.describe(i)} (the format's range), "
+                                         f"rung dropped"))
             continue
-        if ref_reason:
-            ref_err = [None] * n_out
-        rungs.append(RungMeasurement(dtype_name(d), True, "", tuple(prod_err),
-                                     tuple(None if e is None or math.isinf(e) else e for e in ref_err), ref_reason,
-                                     out_dtypes))
+        def finite_or_none(errs):
+            return tuple(tuple(None if math.isinf(e) else e for e in per_point) for per_point in errs)
+
+        ref_points = finite_or_none(ref_err) if not ref_reason else ()
+        pair_points = finite_or_none(pair_err) if not ref_reason else ()
+        rungs.append(RungMeasurement(dtype_name(d), True, "", tuple(max(e) for e in prod_err),
+                                     tuple(None if ref_reason or math.isinf(max(e)) else max(e) for e in ref_err),
+                                     ref_reason, out_dtypes, tuple(tuple(e) for e in prod_err), ref_points,
+                                     pair_points))
     return LadderMeasurement(oracle_label, dtype_name(grid[0]) if grid else "float64", points, wide_points, names,
-                             tuple(rungs))
+                             tuple(rungs), plan.small_points, tuple(plan.describe(i) for i in range(plan.total)))

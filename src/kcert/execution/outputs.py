@@ -67,10 +67,59 @@ class OutputLayout:
             parts = ["..."] + parts[first:]
         return "[" + ", ".join(parts) + "]"
 
-def make_layout(index: int, name: str, ref_out: torch.Tensor, prod_out: torch.Tensor, spec: BucketSpec,
-                where: str) -> OutputLayout:
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _kind(t: torch.Tensor) -> str:
+    return "a complex" if t.is_complex() else "a boolean" if t.dtype == torch.bool else "an integer"
+
+
+def check_interface(name: str, ref_out: torch.Tensor, prod_out: torch.Tensor, device: torch.device,
+                    where: str) -> None:
+    """Refuse, before any arithmetic, outputs that are an interface mismatch rather than a numerical
+    difference: ref's output not floating, prod's not floating where ref's is (an integer, boolean or
+    complex result), either side on another device than the run's (a ``meta`` tensor holds no values
+    at all) or not a dense tensor. Called once, on the first replicate's outputs; later replicates
+    are held to the layout it fixes (:func:`check_consistent`)."""
+    for role, t in (("ref", ref_out), ("prod", prod_out)):
+        if t.layout != torch.strided:
+            raise KernelError(f"{where}: {name} of {role} is a {t.layout} tensor; return a dense (strided) tensor, "
+                              "e.g. .to_dense()")
+        if t.device != device and not (t.device.type == device.type and device.index is None):
+            hint = ("a meta tensor has a shape but no values: the kernel allocated its result on the meta device"
+                    if t.device.type == "meta" else f"move the result with .to({str(device)!r}) or run with --device "
+                                                    f"{t.device.type}")
+            raise KernelError(f"{where}: {name} of {role} is on device {t.device}, but the run's inputs are on "
+                              f"{device}; {role} must return its result on the device of its inputs ({hint})")
     if not ref_out.is_floating_point():
-        raise KernelError(f"{where}: {name} of ref has dtype {ref_out.dtype}; only floating outputs can be certified")
+        raise KernelError(f"{where}: {name} of ref has dtype {_dtype(ref_out)}; only floating outputs can be "
+                          "certified (an integer result such as an argmax or a mask is compared for equality, not "
+                          "statistically: leave it out of the case's outputs or certify the floating values it "
+                          "is computed from)")
+    if not prod_out.is_floating_point():
+        raise KernelError(f"{where}: {name} of prod has dtype {_dtype(prod_out)} where ref's is {_dtype(ref_out)}: "
+                          f"an interface mismatch (prod returns {_kind(prod_out)} tensor), not a numerical "
+                          "difference, so it is not judged; make prod return a floating tensor like ref's")
+
+
+def check_consistent(layout: OutputLayout, role: str, t: torch.Tensor, device: torch.device, where: str) -> None:
+    """A later replicate's output must keep the first replicate's shape, dtype and device."""
+    if tuple(t.shape) != layout.shape:
+        raise KernelError(f"{where}: {layout.name} of {role} has shape {tuple(t.shape)}, expected {layout.shape}"
+                          + (" (the shape of ref)" if role == "prod" else " (its shape at replicate 0)"))
+    dtype = layout.prod_dtype if role == "prod" else layout.dtype
+    if t.dtype != dtype:
+        raise KernelError(f"{where}: {layout.name} of {role} has dtype {_dtype(t)}, at replicate 0 "
+                          f"{str(dtype).removeprefix('torch.')}; a kernel must return one dtype for every draw")
+    if t.device.type != device.type or t.layout != torch.strided:
+        raise KernelError(f"{where}: {layout.name} of {role} is a {t.layout} tensor on device {t.device}; the run's "
+                          f"outputs are dense tensors on {device}")
+
+
+def make_layout(index: int, name: str, ref_out: torch.Tensor, prod_out: torch.Tensor, spec: BucketSpec,
+                where: str, device: torch.device | None = None) -> OutputLayout:
+    check_interface(name, ref_out, prod_out, ref_out.device if device is None else device, where)
     if ref_out.numel() == 0:
         raise KernelError(f"{where}: {name} of ref has shape {tuple(ref_out.shape)}, no elements: there is nothing "
                           "to compare; check the probe shapes")

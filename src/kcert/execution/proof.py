@@ -198,8 +198,19 @@ def _zero_by(d, deadline: Deadline, order: list[int]) -> str | None:
     return None
 
 
-def _short(e, limit: int = 300) -> str:
-    text = str(e)
+def _readable(e, digits: int = 6):
+    """``e`` with its long exact constants as decimals of ``digits`` digits: a kernel's float constant,
+    converted exactly, reads 282842712474619/400000000000000; people read 0.707107 (small ratios such
+    as 1/2 stay)."""
+    atoms = getattr(e, "atoms", None)
+    if atoms is None:
+        return e
+    long = {r: sympy.Float(r, digits) for r in atoms(sympy.Rational) if not r.is_Integer and r.q > 1000}
+    return e.xreplace(long) if long else e
+
+
+def _short(e, limit: int = 300, digits: int = 6) -> str:
+    text = str(_readable(e, digits))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -425,7 +436,7 @@ def _disproof(witness: tuple, sides: dict, names: list[str], subs_at: list[dict]
     if d == 0 or not exact_diff >= fail_floor * scale:
         raise _NotReached("undecided", f"float64 real mode differs at {names[j]}{list(idx)} (relative {rel:.3g}) "
                                        f"but the exact difference there is {exact_diff:.3g}: rounding, not algebra")
-    expr = _short(sympy.expand(d) if sympy.count_ops(d) < 200 else d)
+    expr = _short(sympy.expand(d) if sympy.count_ops(d) < 200 else d, digits=12)  # a witness: constants may differ late
     info = {"output": names[j], "index": list(idx), "point": i, "ref": a, "prod": b,
             "relative_difference": float(exact_diff / scale), "difference": expr}
     note = (f"disproved at shape {_describe(state['shape'])}: {names[j]} at {list(idx)}: ref - prod = {expr}, "

@@ -23,7 +23,7 @@ from ..stats.moments import MomentAccumulator
 from . import probes, seeding
 from .accumulator import BLOCK, EARLY_ROWS, Block, OutputAccumulator, ReplicateSummary
 from .frames import kernel_frame
-from .outputs import OutputLayout, Workspace, bucket_labels, make_layout, summarize
+from .outputs import OutputLayout, Workspace, bucket_labels, check_consistent, make_layout, summarize
 from .realmode import run_real
 
 
@@ -315,24 +315,26 @@ class Runner:
             layouts = []
             for i, (a, b) in enumerate(zip(ref_out, prod_out)):
                 name = self.case.output_name(i, n)
-                layouts.append(make_layout(i, name, a, b, self.case.bucket_spec(i, n), self.where()))
+                layouts.append(make_layout(i, name, a, b, self.case.bucket_spec(i, n), where, self.device))
             self.layouts = layouts
         elif n != len(self.layouts):
             raise KernelError(f"{where}: the kernels now return {n} outputs, {len(self.layouts)} before")
 
         summaries = []
         for layout, a, b, i in zip(self.layouts, ref_out, prod_out, range(n)):
+            # every replicate: attribute comparisons only, so no reduction path ever sees a tensor it
+            # cannot read (another device, another dtype than the layout's)
             for role, t in (("ref", a), ("prod", b)):
-                if tuple(t.shape) != layout.shape:
-                    raise KernelError(
-                        f"{where}: {layout.name} of {role} has shape {tuple(t.shape)}, expected {layout.shape}"
-                        + (" (the shape of ref)" if role == "prod" else " (its shape at replicate 0)")
-                    )
+                check_consistent(layout, role, t, self.device, where)
             o = None
             if oracle_out is not None:
                 o = oracle_out[i]
                 if tuple(o.shape) != layout.shape:
                     raise KernelError(f"{where}: {layout.name} of the oracle has shape {tuple(o.shape)}, expected {layout.shape}")
+                if not o.is_floating_point() or o.device.type != self.device.type:
+                    kind = str(o.dtype).removeprefix("torch.")
+                    raise KernelError(f"{where}: {layout.name} of the oracle is a {kind} tensor on {o.device}; the "
+                                      f"oracle must return floating values on {self.device}")
             labels = None
             if isinstance(layout.spec, Labels):
                 labels = bucket_labels(layout.spec, draw.working, self.weights.working, a, f"{where}, {layout.name}")

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import CheckpointError, KcertError, KernelError
+from ..errors import CheckpointError, KcertError, KernelError, TimeLimitReached
 from . import checkpoint, codec
 from .runner import Runner
 
@@ -69,13 +69,28 @@ def resume(path: str, fingerprint: dict, runner: Runner, comm) -> tuple[list[int
     return checkpoint.restore(runner, meta, arrays)
 
 
+@dataclass(frozen=True)
+class TimeLimit:
+    """The replicate phase's time limit: ``seconds`` from ``start`` (``time.monotonic()``)."""
+
+    seconds: float
+    start: float
+
+    @property
+    def passed(self) -> bool:
+        return time.monotonic() - self.start >= self.seconds
+
+
 def run_looks(runner: Runner, schedule: list[int], comm, saver: Saver,
               stop_after: Callable[[tuple[int, ...]], bool], progress: Callable[[int, int], None] | None = None,
-              looks: list[int] | None = None, target: int | None = None) -> list[int]:
+              looks: list[int] | None = None, target: int | None = None,
+              limit: TimeLimit | None = None) -> list[int]:
     """Run look after look of ``schedule`` until ``stop_after(looks done)`` says stop (rank 0's answer
     is sent to every rank) or the schedule ends. ``looks``/``target`` continue a resumed run;
     ``progress(done, planned)`` is called as replicates complete. On a kcert error or an interrupt
-    the state computed so far is saved before the error goes on. Returns the looks done."""
+    the state computed so far is saved before the error goes on. ``limit``: past it the run stops at
+    the next replicate (one process; at the next round of blocks under torch.distributed, decided by
+    rank 0), saves its state and raises :class:`~kcert.errors.TimeLimitReached`. Returns the looks done."""
     looks = list(looks or [])
     target = schedule[0] if target is None else target
     done, planned = runner.done, target
@@ -86,11 +101,15 @@ def run_looks(runner: Runner, schedule: list[int], comm, saver: Saver,
         if progress is not None:
             progress(done, planned)
 
+    def out_of_time() -> None:
+        if limit is not None and comm.broadcast(limit.passed if comm.world == 1 or comm.rank == 0 else None):
+            raise TimeLimitReached(runner.case.name, runner.done, planned, limit.seconds, saver.path)
+
     try:
         while True:
             saver.looks, saver.target = looks, target
             if not (looks and looks[-1] == target):  # a resumed, finished run has nothing left to compute
-                advance(runner, target, comm, tick, saver)
+                advance(runner, target, comm, tick, saver, out_of_time)
                 looks.append(target)
             if comm.broadcast(stop_after(tuple(looks))) or target >= schedule[-1]:  # rank 0 decides for all
                 break
@@ -106,12 +125,20 @@ def run_looks(runner: Runner, schedule: list[int], comm, saver: Saver,
     return looks
 
 
-def advance(runner: Runner, stop: int, comm, tick: Callable[[int], None], saver: Saver) -> None:
+def advance(runner: Runner, stop: int, comm, tick: Callable[[int], None], saver: Saver,
+            check: Callable[[], None] = lambda: None) -> None:
     """Compute every replicate below ``stop``, block by block; under torch.distributed the blocks
-    of each round go to the ranks in turn and the round's blocks are gathered by every rank."""
+    of each round go to the ranks in turn and the round's blocks are gathered by every rank.
+    ``check()`` may raise to stop the run: after every replicate in one process, after every
+    round under torch.distributed (every rank calls it, so all stop together)."""
     if comm.world == 1:
+        def tick_and_check(n: int) -> None:
+            tick(n)
+            check()
+
+        check()
         for b in runner.blocks_to_run(stop):
-            runner.run_block(b, stop, tick)
+            runner.run_block(b, stop, tick_and_check)
             saver.maybe()
         return
     own_ticks = tick if comm.rank == 0 else None
@@ -150,6 +177,7 @@ def advance(runner: Runner, stop: int, comm, tick: Callable[[int], None], saver:
             _block, kind, message, ours = errors[0]
             raise KernelError(message if ours else f"{kind}: {message}")
         saver.maybe()
+        check()
 
 
 def _take_in(runner: Runner, gathered: list[dict], rank: int) -> None:

@@ -28,6 +28,7 @@ This module only judges: the kernel runs are :func:`kcert.execution.algebra.eval
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ..certificate import (
@@ -40,8 +41,10 @@ from ..certificate import (
 )
 from ..diagnostics import diagnostic
 from ..execution.evidence import AlgebraEvidence, LadderMeasurement
+from ..numbers import fmt
 from ..stats import ladder as ladder_stats
 from ..stats.identity import FAIL_FLOOR, ROUNDING_SHRINK, shrink
+from ..stats.ulp import harm_format
 from ..verdict import Verdict
 
 
@@ -59,9 +62,11 @@ def judge_algebra(evidence: AlgebraEvidence, accept_untested: bool = False,
         limit = (f"algebraic differences below the bias gate's floor of {floor} (or that show no coherent bias "
                  f"and no heavier error tail) are not tested")
         if result.ladder is not None:
-            res = [o.resolution for o in result.ladder.outputs if o.outcome == ladder_stats.UNRESOLVED]
+            res = [o for o in result.ladder.outputs if o.outcome == ladder_stats.UNRESOLVED and o.judged]
             if res:
-                limit += f"; the precision ladder resolved no finer than {max(res):.2g} relative"
+                o = max(res, key=lambda o: o.resolution_harm)
+                limit += (f"; the {_where(o, result.ladder)} bounds them to {_bound(o, result.ladder.working_dtype)}, "
+                          f"no floor measured")
         return replace(result, untested_accepted=True, untested_limit=limit,
                        reason=f"{result.reason} [accepted: {limit}]")
     return result
@@ -69,15 +74,25 @@ def judge_algebra(evidence: AlgebraEvidence, accept_untested: bool = False,
 
 def _judge(evidence: AlgebraEvidence) -> AlgebraResult:
     points, wide_points = evidence.points, evidence.wide_points
+    n_points = points + wide_points + evidence.small_points
     if evidence.unavailable:
         skipped = AlgebraResult(Verdict.SKIPPED, "; ".join(evidence.unavailable), "skipped", points, wide_points,
                                 evidence.ref, evidence.prod)
         if evidence.no_oracle is not None:
-            return replace(skipped, reason=f"{skipped.reason}; no precision ladder either: no float64 oracle "
-                                           f"({evidence.no_oracle})")
+            ref_side = next((u for u in evidence.unavailable if u.startswith("ref ")), "")
+            if evidence.prod_opaque:  # nothing about real mode for a prod that is opaque anyway
+                prod_side = f"prod is opaque ({evidence.prod_opaque}), so only the precision ladder could test it"
+            else:
+                prod_side = next((u for u in evidence.unavailable if u.startswith("prod ")), "")
+            tried = "; ".join(x for x in (ref_side or f"ref: {evidence.no_oracle}", prod_side) if x)
+            return replace(skipped, reason=f"no algebra test could run: no float64 oracle for the precision ladder "
+                                           f"to compare prod with: {tried}. What you can do: give the case a "
+                                           f"float64 definition of ref's function (Case(oracle=...)); or accept "
+                                           f"the untested algebra explicitly (Case(accept_untested_algebra=True), "
+                                           f"--accept-untested-algebra)")
         if evidence.ladder is None:
             return skipped  # prod runs in real mode; ref has no oracle: nothing to compare prod with
-        return _judge_ladder(evidence.ladder, evidence.dtype, skipped)
+        return _judge_ladder(evidence.ladder, evidence.dtype, skipped, evidence.training_dtype, evidence.prod_opaque)
 
     outputs = []
     for o in evidence.outputs:
@@ -93,17 +108,18 @@ def _judge(evidence: AlgebraEvidence) -> AlgebraResult:
     worst = max(outputs, key=lambda o: (o.verdict.severity, o.discrepancy_float64))
     if verdict is Verdict.PASS and worst.discrepancy_float64 == 0:
         reason = (f"identical in float64 real mode (float32: {worst.discrepancy_float32:.3g}) on "
-                  f"{points + wide_points} points: same real function")
+                  f"{n_points} points: same real function")
     elif verdict is Verdict.PASS:
         reason = (f"real-mode discrepancy {worst.discrepancy_float64:.3g} (float64) vs {worst.discrepancy_float32:.3g} "
-                  f"(float32): shrinks like rounding; same real function on {points + wide_points} points")
+                  f"(float32): shrinks like rounding; same real function on {n_points} points")
     else:
         reason = (f"{worst.output}: real-mode relative discrepancy {worst.discrepancy_float64:.3g} in float64 and "
                   f"{worst.discrepancy_float32:.3g} in float32 (shrink {worst.shrink:.3g}, rounding gives "
                   f">= {ROUNDING_SHRINK:.3g}): ref and prod compute different real functions")
     diags = (diagnostic("ill_conditioned_identity", reason),) if verdict is Verdict.WARN else ()
     identity = AlgebraResult(verdict, reason, "identity test", points, wide_points, evidence.ref,
-                             evidence.prod, tuple(outputs), FAIL_FLOOR, ROUNDING_SHRINK, diags)
+                             evidence.prod, tuple(outputs), FAIL_FLOOR, ROUNDING_SHRINK, diags,
+                             small_points=evidence.small_points)
     if evidence.proof is None:
         return identity
     return _combine(identity, evidence.proof)
@@ -134,9 +150,64 @@ def _combine(identity: AlgebraResult, attempt: AlgebraProofResult) -> AlgebraRes
                    reason=f"{identity.reason} [symbolic proof not reached ({attempt.reason}): {attempt.note}]")
 
 
-def _judge_ladder(m: LadderMeasurement, working: str, skipped: AlgebraResult) -> AlgebraResult:
+def _groups(m: LadderMeasurement) -> dict[str, tuple[int, ...]]:
+    """Point indices per group: the probe and wide draws together (the ladder's original points), the
+    small-magnitude draws apart (their rounding can be larger or smaller: a floor at one group's points
+    must not hide behind the other's)."""
+    n = m.points + m.wide_points
+    total = len(m.point_names) or n
+    groups = {"probe": tuple(range(n))}
+    if total > n:
+        groups["small"] = tuple(range(n, total))
+    return groups
+
+
+def _group_rungs(accepted, j: int, idx: tuple[int, ...]) -> list[ladder_stats.Rung] | None:
+    """Output ``j``'s rungs restricted to the points ``idx`` (None when the per-point errors are missing)."""
+    rungs = []
+    for r in accepted:
+        if not r.prod_point_errors:
+            return None
+        prod = max(r.prod_point_errors[j][i] for i in idx)
+        ref = pair = None
+        if r.ref_error[j] is not None and r.ref_point_errors:
+            ref = _max_or_none(r.ref_point_errors[j][i] for i in idx)
+            if r.pair_point_errors:
+                pair = _max_or_none(r.pair_point_errors[j][i] for i in idx)
+        rungs.append(ladder_stats.Rung(r.dtype, r.output_dtypes[j], prod, ref, pair))
+    return rungs
+
+
+def _max_or_none(values):
+    """The largest value, or None when one is missing (non-finite)."""
+    values = list(values)
+    return None if any(v is None for v in values) else max(values)
+
+
+def _judge_output(m: LadderMeasurement, accepted, j: int, name: str, working: str, training: str):
+    harm = harm_format(accepted[0].output_dtypes[j], training)
+    by_group = {g: rungs for g, idx in _groups(m).items() if (rungs := _group_rungs(accepted, j, idx))}
+    if not by_group:  # a measurement without per-point errors: the maxima over all points
+        by_group = {"probe": [ladder_stats.Rung(r.dtype, r.output_dtypes[j], r.prod_error[j], r.ref_error[j])
+                              for r in accepted]}
+    decisions = {g: ladder_stats.decide(rungs, working, harm) for g, rungs in by_group.items()}
+    group, d = ladder_stats.combine_groups(decisions)
+    rung = accepted[d.judged]
+    worst = ""
+    if rung.prod_point_errors and m.point_names:
+        idx = _groups(m).get(group, ())
+        if idx:
+            worst = m.point_names[max(idx, key=lambda i: rung.prod_point_errors[j][i])]
+    return LadderOutputResult(name, d.outcome, rung.dtype, d.amplification, d.resolution, d.yardsticks,
+                              by_group[group][d.judged].prod_error, accepted[d.internal[d.judged]].dtype,
+                              d.resolution_harm, harm, d.amplifications, group, worst, d.bound)
+
+
+def _judge_ladder(m: LadderMeasurement, working: str, skipped: AlgebraResult, training: str = "bfloat16",
+                  opaque: str = "") -> AlgebraResult:
     """The precision ladder for a prod real mode cannot run (docs/method.md, "The precision ladder");
-    ``working``: the case's dtype."""
+    ``working``: the case's dtype; ``training``: its training format (the harm unit's); ``opaque``: why
+    real mode could not follow prod."""
     accepted = [r for r in m.rungs if r.accepted]
     outputs = []
     for j, name in enumerate(m.outputs):
@@ -144,46 +215,94 @@ def _judge_ladder(m: LadderMeasurement, working: str, skipped: AlgebraResult) ->
         if not accepted or any(d not in ladder_stats.UNIT_ROUNDOFF for d in dtypes):
             outputs.append(LadderOutputResult(name, "not compared" if accepted else ladder_stats.UNRESOLVED))
             continue
-        rungs = [ladder_stats.Rung(r.dtype, r.output_dtypes[j], r.prod_error[j], r.ref_error[j]) for r in accepted]
-        d = ladder_stats.decide(rungs, working)
-        outputs.append(LadderOutputResult(name, d.outcome, rungs[d.judged].dtype, d.amplification, d.resolution,
-                                          d.yardsticks, rungs[d.judged].prod_error))
+        outputs.append(_judge_output(m, accepted, j, name, working, training))
     ladder = LadderResult(
         tuple(LadderRungResult(r.dtype, r.accepted, r.reason, r.prod_error, r.ref_error, r.output_dtypes, r.ref_reason)
               for r in m.rungs),
-        tuple(outputs), m.oracle, m.grid, working, m.points, m.wide_points, ladder_stats.ROUNDING_MULTIPLE)
+        tuple(outputs), m.oracle, m.grid, working, m.points, m.wide_points, ladder_stats.ROUNDING_MULTIPLE,
+        m.small_points)
     judged = [o for o in outputs if o.outcome != "not compared"]
     verdict = Verdict.worst(o.verdict for o in judged) if judged else Verdict.SKIPPED
-    resolved = [o for o in judged if o.outcome != ladder_stats.UNRESOLVED]
-    tried = ", ".join(f"{r.dtype} ({'accepted' if r.accepted else r.reason})" for r in m.rungs)
+    decided = [o for o in judged if o.outcome != ladder_stats.UNRESOLVED]
     unresolved = [o for o in judged if o.outcome == ladder_stats.UNRESOLVED]
+    n_points = m.points + m.wide_points + m.small_points
+    prod_is = f"prod ({opaque})" if opaque else "prod (opaque: kcert cannot evaluate it in float64)"
+    tried = _tried(m)
     if not accepted:
-        reason = f"{skipped.reason}; the precision ladder could not run: prod accepted no precision tried: {tried}"
-    elif not resolved:
-        reason = f"no algebra test could run: {skipped.reason}; and the precision ladder " \
-                 f"({', '.join(ladder.accepted)}) does not resolve below {working}"
+        reason = (f"no algebra test could run: {prod_is} accepted no precision tried: {tried}. What you can do: "
+                  f"{_REMEDIES}")
+    elif decided:
+        worst = max(decided, key=lambda o: (o.verdict.severity, o.amplification))
+        reason = _decided_reason(worst, ladder, n_points, prod_is, tried)
+        if unresolved:
+            reason += "; " + _unresolved_reason(unresolved, ladder, n_points, prod_is, tried, short=True)
     else:
-        worst = max(resolved, key=lambda o: (o.verdict.severity, o.amplification))
-        if worst.verdict is Verdict.PASS:
-            reason = (f"precision ladder ({ladder.text}): at {worst.judged} prod agrees with the float64 oracle to "
-                      f"{worst.error:.2g} relative, {worst.amplification:.3g}x the rounding yardstick "
-                      f"(<= {ladder.rounding_multiple:g}): rounding; a floor above {worst.resolution:.2g} relative "
-                      f"would have failed ({worst.output}, {m.points + m.wide_points} points)")
-        else:
-            reason = (f"{worst.output}: precision ladder ({ladder.text}): prod's error stops at a floor "
-                      f"{worst.amplification:.3g}x the rounding yardstick at {worst.judged} "
-                      f"(> {ladder.rounding_multiple:g}) that no finer precision lowers: prod and ref compute "
-                      f"different real functions (or prod computes below its inputs' precision, e.g. TF32 dots: "
-                      f"docs/method.md)")
-    if accepted and unresolved:
-        o = max(unresolved, key=lambda o: o.resolution)
-        refused = "; ".join(f"{r.dtype}: {r.reason}" for r in m.rungs if not r.accepted)
-        reason += (f"; not resolved for {', '.join(u.output for u in unresolved)}: prod's error did not fall "
-                   f"{ladder.rounding_multiple:g}x below {working}'s unit roundoff at any precision (judged at "
-                   f"{o.judged}, K = {o.amplification:.3g})" + (f"; not used: {refused}" if refused else "")
-                   + "; give Case(prod_math=...), let prod accept finer inputs (float32, float64), or accept the "
-                   "untested algebra explicitly (Case(accept_untested_algebra=True), --accept-untested-algebra)")
-    level = "precision ladder" if resolved else "skipped"
+        reason = _unresolved_reason(unresolved, ladder, n_points, prod_is, tried)
+    level = "precision ladder" if decided else "skipped"
     return AlgebraResult(verdict, reason, level, m.points, m.wide_points, f"oracle: {m.oracle}",
-                         f"prod at {', '.join(ladder.accepted) or 'no precision'}", ladder=ladder)
+                         f"prod at {', '.join(ladder.accepted) or 'no precision'}", ladder=ladder,
+                         small_points=m.small_points)
 
+
+_REMEDIES = ("let the kernel take float64 inputs and compute in float64 (then float64 is a finer rung), or run it "
+             "where it computes finer than the case's precision (bfloat16 inputs on a GPU, float32 inside); give "
+             "its math in torch (Case(prod_math=...)); or accept the bound explicitly "
+             "(Case(accept_untested_algebra=True), --accept-untested-algebra)")
+
+
+def _tried(m: LadderMeasurement) -> str:
+    return ", ".join(f"{r.dtype} ({'accepted' if r.accepted else r.reason})" for r in m.rungs)
+
+
+def _where(o: LadderOutputResult, ladder: LadderResult) -> str:
+    """How the judged rung was judged, in words."""
+    if len(ladder.accepted) == 1:
+        return f"same-precision comparison at {o.judged}"
+    if o.verdict not in (Verdict.FAIL, Verdict.WARN) and o.internal == o.judged == ladder.accepted[0]:
+        return f"same-precision comparison at {o.judged} (the finer rungs compute at {o.judged} too)"
+    saturated = f", computed at {o.internal}" if o.internal != o.judged else ""
+    return f"precision ladder at {o.judged} inputs{saturated}"
+
+
+def _bound(o: LadderOutputResult, working: str) -> str:
+    u = ladder_stats.UNIT_ROUNDOFF.get(working)
+    harm = f"{fmt(o.resolution_harm, 2)} {o.harm_format} harm ULPs at the output's peak"
+    if working == o.harm_format or u is None:
+        return f"{o.resolution:.2g} relative ({harm})"
+    return f"{o.resolution:.2g} relative ({fmt(o.resolution / u, 2)} {working} ULPs, {harm})"
+
+
+def _claim(o: LadderOutputResult) -> str:
+    if o.bound == "ref":
+        return "prod - ref itself bounds any algebraic difference at these points to"
+    if o.bound == "oracle":
+        return "prod's own error against the oracle bounds any algebraic difference at these points to"
+    return "An algebraic difference would have failed above"
+
+
+def _decided_reason(o: LadderOutputResult, ladder: LadderResult, n_points: int, prod_is: str, tried: str) -> str:
+    m = ladder.rounding_multiple
+    where = _where(o, ladder)
+    group = " (small-magnitude points)" if o.points == "small" else ""
+    if o.verdict is Verdict.PASS:
+        return (f"{where}: {prod_is} agrees with the float64 oracle to {o.error:.2g} relative at {o.judged}, "
+                f"{fmt(o.amplification, 3)}x the rounding of a correct kernel computing at {o.internal} "
+                f"(<= {m:g}) on {n_points} points: rounding. {_claim(o)} {_bound(o, ladder.working_dtype)} "
+                f"({o.output}; rungs: {tried})")
+    at = f" at {o.worst_point}" if o.worst_point else ""
+    return (f"{o.output}: {where}{group}: prod's error against the float64 oracle, {o.error:.2g} relative, is "
+            f"{fmt(o.amplification, 3)}x the rounding of a correct kernel computing at {o.internal} (> {m:g}), largest"
+            f"{at}: a floor that rounding does not explain: prod and ref compute different real functions (or prod "
+            f"computes below its inputs' precision, e.g. TF32 dots: docs/method.md; rungs: {tried})")
+
+
+def _unresolved_reason(unresolved, ladder: LadderResult, n_points: int, prod_is: str, tried: str,
+                       short: bool = False) -> str:
+    o = max(unresolved, key=lambda o: o.resolution_harm)
+    m = ladder.rounding_multiple
+    names = ", ".join(u.output for u in unresolved)
+    text = (f"no algebra test finer than the bias and variance gates for {names}: tried for {prod_is}: the "
+            f"{_where(o, ladder)} on {n_points} points (rungs: {tried}); prod's error is within {m:g}x the rounding "
+            f"at every rung (no floor measured), so an algebraic difference is bounded by {_bound(o, ladder.working_dtype)}, "
+            f"above the {fmt(ladder_stats.RESOLUTION_HARM_FRACTION, 2)} harm ULP an algebra test needs")
+    return text if short else f"{text}. What you can do: {_REMEDIES}"

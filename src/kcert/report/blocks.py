@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..certificate import AlgebraResult, BitwiseResult
+import numpy as np
+
+from ..certificate import AlgebraResult, BiasResult, BitwiseResult, Provenance
 from ..numbers import fmt
+from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, PASS, WARN
+from ..stats.bitwise import COHERENT
 
 # --- the algebra gate's evidence ------------------------------------------------------------------
 
@@ -86,11 +90,22 @@ def _ladder(a: AlgebraResult) -> LadderView | None:
                            tuple((f"{pe:.2g}", "-" if re is None else f"{re:.2g}")
                                  for pe, re in zip(r.prod_error, r.ref_error)))
                   for r in lad.rungs)
-    decisions = tuple(f"{o.output}: {o.outcome}, judged at {o.judged}, K = {o.amplification:.3g} "
-                      f"(<= {lad.rounding_multiple:g} is rounding), resolution {o.resolution:.2g} relative"
-                      for o in lad.outputs if o.judged)
-    return LadderView(lad.oracle, lad.grid, lad.points + lad.wide_points, tuple(o.output for o in lad.outputs),
-                      rungs, decisions)
+    decisions = tuple(_ladder_decision(o, lad) for o in lad.outputs if o.judged)
+    return LadderView(lad.oracle, lad.grid, lad.points + lad.wide_points + lad.small_points,
+                      tuple(o.output for o in lad.outputs), rungs, decisions)
+
+
+_BOUND_TEXT = {"oracle": " (from prod's own error)", "ref": " (from prod - ref)"}
+
+
+def _ladder_decision(o, lad) -> str:
+    computed = f" (computed at {o.internal})" if o.internal and o.internal != o.judged else ""
+    where = f", largest at {o.worst_point}" if o.worst_point and o.outcome in ("FAIL", "WARN") else ""
+    group = " on the small-magnitude points" if o.points == "small" else ""
+    return (f"{o.output}: {o.outcome}, judged at {o.judged}{computed}{group}, K = {fmt(o.amplification, 3)} "
+            f"(<= {lad.rounding_multiple:g} is rounding){where}; resolution{_BOUND_TEXT.get(o.bound, '')} "
+            f"{o.resolution:.2g} relative = "
+            f"{fmt(o.resolution_harm, 2)} {o.harm_format} harm ULPs at the peak")
 
 
 # --- L0, the bitwise layer --------------------------------------------------------------------------
@@ -129,6 +144,68 @@ def ulp_histogram_text(b: BitwiseResult) -> str:
     return text
 
 
+# --- which buckets are significant, and what the bias gate made of them ------------------------------
+
+
+@dataclass(frozen=True)
+class Significance:
+    """The buckets significant at |z| > z* on the bias gate's statistics (raw or sign-aligned mean of prod -
+    ref) and the bias gate's verdict on each: the one count that the bias block and L0 both quote."""
+
+    significant: int
+    fail: int
+    warn: int
+    ref_bias: int  # PASS: the bias is ref's own against the float64 oracle, not prod's
+    z_star: float
+    ulp_floor: float
+
+    @property
+    def passed(self) -> int:
+        return self.significant - self.fail - self.warn
+
+    def text(self) -> str:
+        """``393 buckets significant (|z| > 5 on mean(prod - ref), raw or sign-aligned): 0 FAIL, 0 WARN,
+        393 PASS as ref's own bias (...)``."""
+        head = (f"{self.significant} bucket{'s' * (self.significant != 1)} significant (|z| > {self.z_star:g} on "
+                f"mean(prod - ref), raw or sign-aligned)")
+        if not self.significant:
+            return head
+        parts = [f"{self.fail} FAIL", f"{self.warn} WARN"]
+        if self.ref_bias:
+            parts.append(f"{self.ref_bias} PASS as ref's own bias (prod's bias against the float64 oracle is within "
+                         f"the {self.ulp_floor:g}-ULP floor and no larger than ref's)")
+        other = self.passed - self.ref_bias
+        if other:
+            parts.append(f"{other} PASS otherwise (all differences zero, or judged on the other statistic)")
+        return f"{head}: {', '.join(parts)}"
+
+
+def significance(b: BiasResult) -> Significance:
+    """Count the significant buckets of ``b`` by the bias gate's verdict on them."""
+    if not b.tests:
+        return Significance(0, 0, 0, 0, b.thresholds.z_star, b.thresholds.ulp_floor)
+    significant = np.logical_or.reduce([np.abs(np.nan_to_num(t.z)) > b.thresholds.z_star for t in b.tests])
+    verdicts = b.bucket_verdicts()
+    to_ref = np.logical_or.reduce([t.reason == ATTRIBUTED_TO_REF for t in b.tests])
+    return Significance(int(significant.sum()), int((significant & (verdicts == FAIL)).sum()),
+                        int((significant & (verdicts == WARN)).sum()),
+                        int((significant & (verdicts == PASS) & to_ref).sum()), b.thresholds.z_star,
+                        b.thresholds.ulp_floor)
+
+
+def reconcile(bw: BitwiseResult, b: BiasResult | None) -> str:
+    """Why L0 can call a difference coherent where the bias gate PASSes (the two compare different
+    things: L0 prod with ref, the bias gate also each side with the float64 oracle); "" when they agree."""
+    if b is None or bw.classification != COHERENT:
+        return ""
+    sig = significance(b)
+    if sig.fail or sig.warn:
+        return f"the bias gate on these buckets: {sig.fail} FAIL, {sig.warn} WARN (see the bias block)"
+    return (f"the bias gate PASSes them: L0 sees a coherent difference between prod and ref; the bias gate also "
+            f"asks whose it is, and {sig.ref_bias} of the {sig.significant} buckets are ref's own bias against the "
+            f"float64 oracle, not prod's (a PASS: prod is at least as accurate there)")
+
+
 @dataclass(frozen=True)
 class GrowthView:
     """The growth test of the bias statistics' |z| from about R/4 to R."""
@@ -157,9 +234,10 @@ class BitwiseView:
     distances: str  # ulp_histogram_text
     farthest: str | None  # the farthest non-empty ULP-distance bin
     growth: GrowthView | None
+    reconcile: str = ""  # what the bias gate made of the buckets L0 calls a coherent difference
 
 
-def bitwise_view(b: BitwiseResult) -> BitwiseView:
+def bitwise_view(b: BitwiseResult, bias: BiasResult | None = None) -> BitwiseView:
     compared = b.elements > 0
     g = b.growth
     growth = None if g is None else GrowthView(g.significant, f"{g.threshold:g}", g.replicates, g.early_replicates,
@@ -173,4 +251,26 @@ def bitwise_view(b: BitwiseResult) -> BitwiseView:
         distances=ulp_histogram_text(b) if compared else "",
         farthest=b.max_distance,
         growth=growth,
+        reconcile=reconcile(b, bias),
     )
+
+
+# --- time per stage ------------------------------------------------------------------------------------
+
+_STAGE_NAMES = {"replicates": "replicates", "algebra": "algebra", "bias": "bias", "variance": "variance",
+                "l0": "L0", "peer_rules": "peer rules", "shape_sweep": "shape sweep", "adequacy": "adequacy"}
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.2g}" if x < 1 else f"{x:.1f}"
+
+
+def timing_text(p: Provenance) -> str:
+    """The run's wall time and its split per stage: ``12.3 s (replicates 10.1, algebra 1.9, bias 0.01,
+    ...)``, and how much a resumed run took from its checkpoint."""
+    text = f"{p.wall_time_s:.1f} s"
+    if p.timings:
+        text += " (" + ", ".join(f"{_STAGE_NAMES.get(k, k)} {_seconds(v)}" for k, v in p.timings.items()) + ")"
+    if p.resumed:
+        text += f"; resumed from {p.resumed['checkpoint']} with {p.resumed['replicates']} replicates"
+    return text

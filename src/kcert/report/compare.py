@@ -9,7 +9,7 @@ The JSON reports are read generically, so that fields a gate adds later are comp
   array's scale, named by its bucket label when the output lists them;
 - **settings**: other short fields that differ (the algebra level, a proof outcome, L0's class);
 - **provenance**: every field that differs (versions, seed, replicates, device, probes, command),
-  except the date and the wall time.
+  except the date, the wall time, the time per stage and whether the run was resumed.
 
 Lists of objects are matched by their name field (``output``, ``name``, ``code``, ``case``) rather than
 by position. Exit code (:meth:`Comparison.exit_code`): 1 when a verdict got worse or a case of OLD is

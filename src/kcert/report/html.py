@@ -12,7 +12,7 @@ import json
 
 from ..certificate import BitwiseResult, Certificate
 from . import checks
-from .blocks import AlgebraView, algebra_view, bitwise_view
+from .blocks import AlgebraView, algebra_view, bitwise_view, significance, timing_text
 from .jsonio import to_dict
 from .text import MEANING, error_comparison_text, fmt, gate_sentences, observed_range_text, rare_events_text
 
@@ -35,9 +35,30 @@ def _badge(v: str) -> str:
     return f'<span class="v" style="background:{_COLOURS[v]}">{v}</span>'
 
 
-def _case(cert: Certificate) -> str:
+def _anchor(index: int) -> str:
+    return f"case-{index + 1}"
+
+
+def _index(certs: list[Certificate]) -> str:
+    """The summary a page of several cases opens with: per case its verdict, each gate's and the time,
+    linked to its section."""
     e = html.escape
-    parts = [f"<h2>{e(cert.case)} {_badge(cert.verdict.value)}</h2>"]
+    counts = {}
+    for c in certs:
+        counts[c.verdict.value] = counts.get(c.verdict.value, 0) + 1
+    tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    rows = "".join(
+        f"<tr><td><a href='#{_anchor(i)}'>{e(c.case)}</a></td><td>{_badge(c.verdict.value)}</td>"
+        + "".join(f"<td>{_badge(v.value)}</td>" for v in c.gates.values())
+        + f"<td>{c.provenance.wall_time_s:.1f} s</td></tr>"
+        for i, c in enumerate(certs))
+    return (f"<h2>summary</h2><p>{len(certs)} cases: {tally}</p><table><tr><th>case</th><th>verdict</th>"
+            f"<th>algebra</th><th>bias</th><th>variance</th><th>time</th></tr>{rows}</table>")
+
+
+def _case(cert: Certificate, index: int = 0) -> str:
+    e = html.escape
+    parts = [f"<h2 id='{_anchor(index)}'>{e(cert.case)} {_badge(cert.verdict.value)}</h2>"]
     if cert.description:
         parts.append(f"<p>{e(cert.description)}</p>")
     parts.append(f"<p>{e(MEANING[cert.verdict])}</p>")
@@ -139,7 +160,7 @@ def _bias_section(cert: Certificate, b) -> str:
         )
         parts.append(f"<p>worst {len(findings)} buckets at WARN or above:</p><table><tr>{head}</tr>{body}</table>")
     else:
-        parts.append("<p>no bucket at WARN or above.</p>")
+        parts.append(f"<p>no bucket WARN or FAIL; {e(significance(b).text())}.</p>")
     return "\n".join(parts)
 
 
@@ -186,19 +207,21 @@ def _variance_section(cert: Certificate, v) -> str:
     return "\n".join(parts)
 
 
-def _bitwise_section(b: BitwiseResult) -> str:
-    """L0, informational: the bitwise-equal share, the ULP-distance histogram and the growth test."""
+def _bitwise_section(b: BitwiseResult, bias=None) -> str:
+    """L0, informational: the bitwise-equal share, the ULP-distance histogram and the growth test, and what
+    the bias gate made of the buckets L0 counts (``bias``: the same output's bias result)."""
     from . import plots
 
-    e, v = html.escape, bitwise_view(b)
-    cells = {"classification": f"<b>{e(v.classification)}</b>",
+    e, v = html.escape, bitwise_view(b, bias)
+    cells = {"classification": f"<b>{e(v.classification)}</b>" + (f"<br>{e(v.reconcile)}" if v.reconcile else ""),
              "elements": f"{v.elements} ({v.replicates} replicates)"}
     if v.compared:
         cells["bitwise equal"] = f"{v.equal} ({v.equal_share})"
         cells["farthest ULP distance"] = e(v.farthest)
     g = v.growth
     if g is not None:
-        cells["significant buckets"] = f"{g.significant} (|z| > {g.threshold} at R = {g.replicates})"
+        cells["significant buckets"] = (f"{g.significant} (|z| > {g.threshold} on mean(prod - ref), raw or "
+                                        f"sign-aligned, at R = {g.replicates}: the bias gate's statistics and z*)")
         cells["median growth of z"] = (f"{g.median_growth}: z(R) / z({g.early_replicates}); a coherent bias "
                                        f"gives {g.expected}, growth counts above {g.cut}")
     if v.reason:
@@ -223,7 +246,7 @@ def _output(cert: Certificate, name: str) -> str:
     for v in variance:
         parts.append(_variance_section(cert, v))
     for bw in (b for b in cert.bitwise if b.output == name):
-        parts.append(_bitwise_section(bw))
+        parts.append(_bitwise_section(bw, bias[0] if bias else None))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -244,7 +267,7 @@ def _probe_and_provenance(cert: Certificate) -> str:
     versions = env.get("versions", {}) if isinstance(env.get("versions"), dict) else {}
     facts = {"seed": p.seed, "replicates": f"{p.replicates} (max {p.max_replicates})", "horizon T": fmt(p.horizon),
              "dtype": p.dtype, "device": p.device, "oracle": probes.get("oracle", "-"), "date": p.date,
-             "wall time": f"{p.wall_time_s:.1f} s",
+             "wall time": timing_text(p),
              "software": ", ".join(f"{k} {v}" for k, v in versions.items()),
              "reduction": env.get("reduction", "torch"),
              "platform": f"{env.get('platform', '-')} ({env.get('cpu', '-')})"}
@@ -258,6 +281,9 @@ def _probe_and_provenance(cert: Certificate) -> str:
 
 
 def render_html(certs: list[Certificate]) -> str:
-    body = "\n<hr>\n".join(_case(c) for c in certs)
+    """One page: for several cases a summary with links first, then each case's section."""
+    body = "\n<hr>\n".join(_case(c, i) for i, c in enumerate(certs))
+    head = _index(certs) + "\n<hr>\n" if len(certs) > 1 else ""
+    title = "kcert certificate" if len(certs) == 1 else f"kcert certificates: {len(certs)} cases"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>kcert report</title><style>{_STYLE}</style>"
-            f"</head><body><h1>kcert certificate</h1>\n{body}\n</body></html>\n")
+            f"</head><body><h1>{html.escape(title)}</h1>\n{head}{body}\n</body></html>\n")

@@ -46,7 +46,7 @@ def _bias(b: BiasResult) -> dict:
         "replicates": b.replicates,
         "horizon": b.horizon,
         "thresholds": {"z_star": b.thresholds.z_star, "ulp_floor": b.thresholds.ulp_floor, "s_min": b.s_min,
-                       "power": b.thresholds.power},
+                       "power": b.thresholds.power, "warn_below_floor": b.thresholds.warn_below_floor},
         "familywise_error_bound": number(b.familywise_error_bound),
         "min_detectable_effect": number(b.min_detectable_effect),
         "horizon_covered": number(b.horizon_covered),
@@ -190,13 +190,16 @@ def _ladder(lad) -> dict | None:
         return None
     return {
         "oracle": lad.oracle, "grid": lad.grid, "working_dtype": lad.working_dtype, "points": lad.points,
-        "wide_points": lad.wide_points, "rounding_multiple": lad.rounding_multiple,
+        "wide_points": lad.wide_points, "small_points": lad.small_points, "rounding_multiple": lad.rounding_multiple,
+        "same_precision": lad.same_precision,
         "rungs": [{"dtype": r.dtype, "accepted": r.accepted, "reason": r.reason,
                    "prod_error": [number(v) for v in r.prod_error], "ref_error": [number(v) for v in r.ref_error],
                    "output_dtypes": list(r.output_dtypes), "ref_reason": r.ref_reason} for r in lad.rungs],
         "outputs": [{"output": o.output, "outcome": o.outcome, "judged": o.judged,
                      "amplification": number(o.amplification), "resolution": number(o.resolution),
-                     "error": number(o.error),
+                     "error": number(o.error), "internal": o.internal, "harm_format": o.harm_format,
+                     "resolution_harm": number(o.resolution_harm), "points": o.points, "worst_point": o.worst_point, "bound": o.bound,
+                     "amplifications": [number(v) for v in o.amplifications],
                      "yardsticks": [number(v) for v in o.yardsticks]} for o in lad.outputs],
     }
 
@@ -246,6 +249,7 @@ def to_dict(cert: Certificate) -> dict:
                 "level": a.level,
                 "points": a.points,
                 "wide_points": a.wide_points,
+                "small_points": a.small_points,
                 "ref_side": a.ref_side,
                 "prod_side": a.prod_side,
                 "fail_floor": a.fail_floor,
@@ -286,11 +290,17 @@ def to_dict(cert: Certificate) -> dict:
             "environment": p.environment,
             "date": p.date,
             "wall_time_s": p.wall_time_s,
+            "timings": {stage: seconds for stage, seconds in p.timings.items()},
+            "resumed": p.resumed,
         },
     }
 
 
-def dumps(certs: list[Certificate]) -> str:
-    """One object for one case, an array when several cases ran."""
-    payload = to_dict(certs[0]) if len(certs) == 1 else [to_dict(c) for c in certs]
+def dumps(certs: list[Certificate], several: bool | None = None) -> str:
+    """The JSON report (docs/json-schema.md, "One object or an array"): the certificate object when the
+    command certified one case, an array of certificate objects, in run order, when it certified
+    several (``several``; default: more than one certificate given), also when only one of them
+    ended with a certificate."""
+    several = len(certs) > 1 if several is None else several
+    payload = [to_dict(c) for c in certs] if several else to_dict(certs[0])
     return json.dumps(payload, indent=1, allow_nan=False)

@@ -8,6 +8,7 @@ through :class:`matplotlib.figure.Figure` with the Agg canvas only: no pyplot, n
 from __future__ import annotations
 
 import io
+import textwrap
 
 import numpy as np
 
@@ -172,15 +173,17 @@ def error_tails(result: VarianceResult) -> bytes:
     if positive.size:
         lo, hi = float(positive.min()), float(positive.max())
         bins = np.geomspace(lo, hi, 40) if hi > 100 * lo else np.linspace(0.0, hi, 40)
-        left.hist(b, bins=bins, color=COLOURS["REF"], alpha=0.6, label=f"ref (median {np.median(b):.3g})")
-        left.hist(a, bins=bins, color="#0969da", alpha=0.6, label=f"prod (median {np.median(a):.3g})",
-                  histtype="stepfilled")
+        # light fills under step outlines, prod dashed: two identical histograms stay visible as two
+        for x, name, colour, style in ((b, "ref", COLOURS["REF"], "-"), (a, "prod", "#0969da", "--")):
+            left.hist(x, bins=bins, color=colour, alpha=0.25, histtype="stepfilled")
+            left.hist(x, bins=bins, color=colour, histtype="step", linewidth=1.6, linestyle=style,
+                      label=f"{name} (median {np.median(x):.3g})")
         if hi > 100 * lo:
             left.set_xscale("log")
         left.axvline(result.thresholds.slack, color=COLOURS["GREY"], linestyle=":", linewidth=1)
         left.legend(fontsize=8, frameon=False)
     closer = result.prod_closer_share
-    left.set_title("errors per replicate" + (f"; prod closer in {100 * closer:.3g}%" if closer is not None else ""),
+    left.set_title("errors per replicate" + (f"\nprod closer in {100 * closer:.3g}%" if closer is not None else ""),
                    fontsize=9, loc="left")
     left.set_xlabel(f"max |out - oracle| ({unit})", fontsize=9)
     left.set_ylabel("replicates", fontsize=9)
@@ -200,10 +203,11 @@ def error_tails(result: VarianceResult) -> bytes:
                        label=f"{name} GPD fit (xi = {shape:.2g})")
         right.axvline(iv.horizon, color="#8250df", linestyle=":", linewidth=1.3)
         right.plot([iv.horizon] * 2, [iv.return_level_prod, iv.return_level_ref], "D", color="#8250df", markersize=5)
-        right.set_title(f"return levels at T = {iv.horizon:.3g}: A_T = {iv.estimate:.3g}, U = {iv.upper:.3g} "
+        right.set_title(f"return levels at T = {iv.horizon:.3g}\nA_T = {iv.estimate:.3g}, U = {iv.upper:.3g} "
                         f"({iv.model})", fontsize=9, loc="left")
     else:
-        right.set_title("no tail fit: " + result.reason[:80], fontsize=9, loc="left")
+        right.set_title("no tail fit:\n" + textwrap.shorten(result.reason, 70, placeholder=" ..."), fontsize=9,
+                        loc="left")
     right.set_xscale("log")
     right.set_xlabel("calls (return period)", fontsize=9)
     right.set_ylabel(f"error ({unit})", fontsize=9)

@@ -1,7 +1,8 @@
 """A certificate's JSON report without what legitimately differs between two equal runs.
 
-Two runs of the same case with the same settings give the same certificate except for the run's date
-and wall time (``provenance.date``, ``provenance.wall_time_s``): :func:`stable_dict` removes those, so
+Two runs of the same case with the same settings give the same certificate except for the run's date,
+wall time, time per stage and whether it was resumed from a checkpoint (``provenance.date``,
+``provenance.wall_time_s``, ``provenance.timings``, ``provenance.resumed``): :func:`stable_dict` removes those, so
 that the rest compares with ``==`` (resumed against uninterrupted runs, batched against unbatched,
 one process against several ranks). Pure data: nothing is imported until a certificate is given.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import copy
 
-RUN_VARYING = ("date", "wall_time_s")  # the provenance fields that differ between equal runs
+RUN_VARYING = ("date", "wall_time_s", "timings", "resumed")  # the provenance fields that differ between equal runs
+_ADDED = ("timings", "resumed")  # added within kcert.certificate/1: older reports lack them
 
 
 def stable_dict(report, *environment_keys: str):
@@ -45,7 +47,10 @@ def stable_dict(report, *environment_keys: str):
 
         data = to_dict(report)
     for key in RUN_VARYING:
-        data["provenance"].pop(key)
+        if key in _ADDED:
+            data["provenance"].pop(key, None)
+        else:
+            data["provenance"].pop(key)
     for key in environment_keys:
         data["provenance"]["environment"].pop(key)
     return data

@@ -13,7 +13,7 @@ from ..certificate import BiasResult, Certificate, VarianceResult
 from ..numbers import fmt
 from ..verdict import Verdict
 from . import checks
-from .blocks import AlgebraView, BitwiseView, algebra_view, bitwise_view
+from .blocks import AlgebraView, BitwiseView, algebra_view, bitwise_view, significance, timing_text
 from .blocks import ulp_histogram_text, zero_crossing_bins  # noqa: F401  (their home before report.blocks)
 from .text import MEANING, error_comparison_text, gate_sentences, observed_range_text, rare_events_text
 
@@ -45,7 +45,7 @@ def _bias(b: BiasResult, limit: int) -> Group:
         style="dim",
     )
     if not findings:
-        return Group(Text(title, style="bold"), Text("no significant bucket"), power)
+        return Group(Text(title, style="bold"), Text(f"no bucket WARN or FAIL; {significance(b).text()}"), power)
     t = Table(header_style="bold", expand=False)
     for col in ("bucket", "stat", "direction", "ULP", "mean", "1 ULP", "z", "rho", "prod-oracle", "ref-oracle",
                 "verdict"):
@@ -115,12 +115,16 @@ def _bitwise(v: BitwiseView) -> Group:
     if g is not None and not v.all_equal:
         if g.significant:
             lines.append(Text(
-                f"growth: {g.significant} buckets significant at R = {g.replicates} (|z| > {g.threshold}); median "
-                f"z(R) / z({g.early_replicates}) = {g.median_growth} (coherent bias ~ {g.expected}, "
+                f"growth: {g.significant} buckets significant at R = {g.replicates} (|z| > {g.threshold} on "
+                f"mean(prod - ref), raw or sign-aligned: the bias gate's statistics and z*); median "
+                f"z(R) / z({g.early_replicates}) = {g.median_growth} (a coherent difference ~ {g.expected}, "
                 f"grows above {g.cut})"))
         else:
-            lines.append(Text(f"growth: no bucket significant at R = {g.replicates} (|z| > {g.threshold})"))
+            lines.append(Text(f"growth: no bucket significant at R = {g.replicates} (|z| > {g.threshold} on "
+                              f"mean(prod - ref))"))
     lines.append(Text(f"-> {v.classification}", style="bold"))
+    if v.reconcile:
+        lines.append(Text(v.reconcile))
     if v.reason:
         lines.append(Text(v.reason, style="dim"))
     return Group(*lines)
@@ -166,7 +170,7 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     for v in cert.variance:
         body.append(_variance(v))
     for bw in cert.bitwise:
-        body.append(_bitwise(bitwise_view(bw)))
+        body.append(_bitwise(bitwise_view(bw, next((b for b in cert.bias if b.output == bw.output), None))))
     body.extend(checks.terminal_blocks(cert))  # shape sweep, adequacy, peer rules (docs/kernelbench.md)
     diags = [d for r in (*cert.bias, *cert.variance) for d in r.diagnostics] + list(cert.algebra.diagnostics)
     diags += checks.diagnostics(cert)
@@ -190,10 +194,17 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     body.append(Text(
         f"seed {p.seed} · R = {p.replicates} (max {p.max_replicates}) · dtype {p.dtype} · device {p.device} "
         f"({env.get('gpu', env['cpu'])}) · {versions} · reduction {env.get('reduction', 'torch')} · {p.date} · "
-        f"{p.wall_time_s:.1f} s",
+        f"{timing_text(p)}",
         style="dim",
     ))
     console.print(Panel(Group(*body), title=head, title_align="left", border_style=STYLE[cert.verdict]))
+
+
+def render_line(cert: Certificate, console: Console) -> None:
+    """One line per certificate (``--quiet``): the verdict, the case, each gate's verdict and the time."""
+    gates = " · ".join(f"{g} {v.value}" for g, v in cert.gates.items())
+    line = Text.assemble(_verdict(cert.verdict), f"  {cert.case}  ({gates}; {cert.provenance.wall_time_s:.1f} s)")
+    console.print(line, soft_wrap=True, highlight=False)
 
 
 def render_summary(outcomes, exit_code: int, deciders, why: str, console: Console) -> None:

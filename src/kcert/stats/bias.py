@@ -145,8 +145,10 @@ def judge_buckets(
     reason[zero_var & (mean == 0)] = IDENTICAL
     reason[~tested] = UNTESTED
 
-    verdict = np.where(reason == DETECTED, FAIL,
-                       np.where(significant & (reason != ATTRIBUTED_TO_REF), WARN, PASS)).astype(np.int8)
+    review = significant & (reason != ATTRIBUTED_TO_REF)
+    if not thresholds.warn_below_floor:
+        review &= ~np.isin(reason, (UNDER_ULP_FLOOR, PROD_UNDER_FLOOR))
+    verdict = np.where(reason == DETECTED, FAIL, np.where(review, WARN, PASS)).astype(np.int8)
     return BucketTestResult(
         statistic=statistic,
         count=count,

@@ -34,6 +34,10 @@ class BiasThresholds:
         Split a bias into prod's and ref's through the oracle (a bias that is ref's is not prod's defect).
     negligible_fraction : float, default 0.25
         prod's own bias under this fraction of c is never prod's defect.
+    warn_below_floor : bool, default True
+        A significant bias under the ULP floor (or prod's own under it) WARNs, the report's rule. False
+        PASSes it (its bucket is still reported): for a floor at the harm unit itself, where a bias
+        under one ULP of the format is an arrangement of its rounding (``kcert kernelbench``).
 
     Examples
     --------
@@ -53,6 +57,7 @@ class BiasThresholds:
     # the tuning half of the controls (correct compiled and fused kernels reach 0.045 ULP, the bias
     # gate's negatives 0.32 ULP and more; docs/method.md, "Defaults and why")
     negligible_fraction: float = 0.25
+    warn_below_floor: bool = True
 
     def s_min(self, horizon: float) -> float:
         if self.min_standardized_effect is not None:

@@ -8,47 +8,46 @@ differs, 3 inconclusive (too little power, or ref itself diverged), 2 a usage or
 from __future__ import annotations
 
 import argparse
+import time
+
+from ..commands.options import integer, number
+from ..commands.runtime import DEFAULT_INTERVAL, DEFAULT_THREADS
 
 EXIT_ERROR = 2
 INTERRUPTED = 130
 STDOUT = "-"
-EPILOG = ("exit 0: indistinguishable at this horizon; 1: training differs; 3: inconclusive; 2: usage or input error. "
-          "docs/training.md explains the model, the statistics and the prediction.")
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-
-
-def _fraction(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+EPILOG = ("exit 0: indistinguishable at this horizon; 1: training differs; 3: inconclusive; 2: usage or input error; "
+          "130 Ctrl-C, 143 SIGTERM (the finished seeds stay in --checkpoint). docs/training.md explains the model, "
+          "the statistics and the prediction.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("casefile", metavar="CASES.py")
     p.add_argument("--case", metavar="NAME", help="the case to train with (needed when the file defines several)")
-    p.add_argument("--steps", type=_integer, default=None, metavar="N",
+    p.add_argument("--steps", type=integer, default=None, metavar="N",
                    help="training steps per run (default 300; 120 with --quick)")
-    p.add_argument("--seeds", type=_integer, default=None, metavar="K",
+    p.add_argument("--seeds", type=integer, default=None, metavar="K",
                    help="seeds 0..K-1, each trained with ref and with prod (default 8; 4 with --quick)")
     p.add_argument("--quick", action="store_true",
                    help="a smaller model (hidden 64), 120 steps, 4 seeds, a 256-replicate certificate")
-    p.add_argument("--replicates", "-R", type=_integer, default=None, metavar="R",
+    p.add_argument("--replicates", "-R", type=integer, default=None, metavar="R",
                    help="replicates of the certificate the prediction reads (default 1024; 256 with --quick)")
     p.add_argument("--no-prediction", dest="predict", action="store_false",
                    help="skip the certificate and the drift prediction")
-    p.add_argument("--alpha", type=_fraction, default=0.05, metavar="A",
+    p.add_argument("--alpha", type=number, default=0.05, metavar="A",
                    help="family-wise level over the four metrics (default 0.05)")
     p.add_argument("--checkpoint", metavar="PATH", help="record every finished seed in PATH (JSON)")
     p.add_argument("--resume", action="store_true", help="reuse the seeds --checkpoint PATH holds")
     p.add_argument("--json", metavar="OUT", help="write the comparison as JSON (kcert.training-comparison/1); '-' for stdout")
     p.add_argument("--html", metavar="OUT", help="write a self-contained HTML page with the plots")
+    p.add_argument("--threads", type=integer, default=DEFAULT_THREADS, metavar="N",
+                   help=f"torch threads of the training runs and the certificate (default {DEFAULT_THREADS}; a seed "
+                        "gives the same runs at the same thread count)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print the verdict line only (and errors)")
+    advanced = p.add_argument_group("advanced", "rarely needed; the defaults suit most runs")
+    advanced.add_argument("--progress-every", type=float, default=None, metavar="S",
+                          help=f"without a terminal, print a progress line every S seconds (default "
+                               f"{DEFAULT_INTERVAL:g}, none with --quiet; 0 turns it off)")
     p.epilog = EPILOG
     p.set_defaults(check_arguments=check_arguments)
 
@@ -56,6 +55,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_arguments(args) -> str | None:
     if args.resume and args.checkpoint is None:
         return "--resume needs --checkpoint PATH, the file to resume from"
+    for name, value in (("--steps", args.steps), ("--seeds", args.seeds), ("--replicates", args.replicates),
+                        ("--threads", args.threads)):
+        if value is not None and value < (2 if name == "--replicates" else 1):
+            return f"{name} must be an integer >= {2 if name == '--replicates' else 1}, got {value}"
+    if not 0 < args.alpha < 1:
+        return f"--alpha must be a number in (0, 1), got {args.alpha:g}"
+    if args.progress_every is not None and not args.progress_every >= 0:
+        return f"--progress-every must be a number of seconds >= 0, got {args.progress_every:g}"
     return None
 
 
@@ -69,34 +76,55 @@ def run(args) -> int:
     if problem:
         streams.error(problem)
         return EXIT_ERROR
+    from contextlib import nullcontext
+
     from ..casefile import load_cases
+    from ..commands.progress import Heartbeat, items_bar
+    from ..commands.runtime import EXIT_TERMINATED, Terminated, human, set_threads
     from ..errors import KcertError
-    from ..commands.progress import items_bar
     from . import report
     from .compare import compare
+    from .config import QUICK, TrainingConfig
+
+    set_threads(args.threads)
+    interval = (0.0 if args.quiet else DEFAULT_INTERVAL) if args.progress_every is None else args.progress_every
+    state = {"label": "preparing (the case, the certificate the prediction reads)", "done": 0, "total": 0,
+             "start": time.monotonic()}
+
+    def describe() -> str:
+        elapsed = time.monotonic() - state["start"]
+        return (f"kcert: train-compare: {state['label']}, {state['done']} of {state['total'] or '?'} training steps; "
+                f"{human(elapsed)} in all")
 
     try:
         cases = load_cases(args.casefile, [args.case] if args.case else None)
         if len(cases) > 1:
             raise_many(cases, args.casefile)
         case = cases[0]
-        with items_bar(streams.err) as bar:
+        config = (QUICK if args.quick else TrainingConfig()).replace(threads=args.threads)
+        beating = interval > 0 and not streams.err.is_terminal
+        with items_bar(streams.err) as bar, (Heartbeat(interval, describe, streams.note) if beating else nullcontext()):
             task = bar.add_task(case.name, total=None)
 
             def tick(done, total, label):
+                state.update(label=f"{case.name}: {label}", done=done, total=total)
                 bar.update(task, completed=done, total=total, description=f"{case.name}: {label}")
 
-            result = compare(case, steps=args.steps, seeds=args.seeds, quick=args.quick,
+            result = compare(case, steps=args.steps, seeds=args.seeds, quick=args.quick, config=config,
                              alpha=args.alpha, predict=args.predict, replicates=args.replicates,
                              checkpoint=args.checkpoint, resume=args.resume, progress=tick)
     except KcertError as exc:
         streams.error(exc)
         return EXIT_ERROR
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         saved = f"; finished seeds are in {args.checkpoint}, continue with --resume" if args.checkpoint else ""
-        streams.note(f"kcert: interrupted{saved}")
-        return INTERRUPTED
-    report.render(result, streams.out)
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        streams.note(f"kcert: {what}{saved}")
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else INTERRUPTED
+    if args.quiet:
+        report.render_line(result, streams.out)
+    else:
+        report.render(result, streams.out)
     ok = True
     if args.json:
         ok &= write_output("--json", args.json, report.dumps(result), streams)

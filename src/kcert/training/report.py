@@ -53,8 +53,7 @@ def prediction_lines(result: TrainingComparison) -> list[str]:
     if c is not None:
         gates = ", ".join(f"{g} {v}" for g, v in c.gates.items())
         lines.append(f"certificate (R = {c.replicates}, seed {c.seed}): {c.verdict} ({gates}); "
-                     f"{c.significant} significant bias buckets; kcert's verdict says training: "
-                     f"{result.expected_from_certificate}")
+                     f"{c.significant} significant bias buckets; {certificate_agreement(result)}")
     p = result.prediction
     if not p.available:
         lines.append(f"drift prediction: none ({p.reason})")
@@ -73,6 +72,32 @@ def prediction_lines(result: TrainingComparison) -> list[str]:
             lines.append(f"the channel's whole scale (gain x RMS of its column in the next matrices): slope on "
                          f"-delta {e.mean:+.3g} [{fmt(e.low)}, {fmt(e.high)}]")
     return lines
+
+
+def certificate_agreement(result: TrainingComparison) -> str:
+    """What the certificate expects of training beside what training measured, which is the verdict and
+    the exit code: agreeing, or not, and what a disagreement means (docs/verdicts.md)."""
+    c, verdict = result.certificate, result.verdict
+    measured = f"measured: {verdict.value} (the verdict, exit {result.exit_code})"
+    if c.verdict == "FAIL":
+        if verdict is TrainingVerdict.DIFFERS:
+            return f"a FAIL expects training to differ; {measured}: confirmed"
+        return (f"a FAIL expects training to differ; {measured}: not confirmed at {len(result.seeds)} seeds x "
+                f"{result.config['steps']} steps (a FAIL says prod computes something else; whether training "
+                "notices, and how soon, depends on the defect: docs/verdicts.md)")
+    if c.verdict == "PASS":
+        if verdict is TrainingVerdict.DIFFERS:
+            return (f"a PASS expects no difference at the certificate's horizon; {measured}: training shows what "
+                    "the certificate did not detect (its low_power diagnostic says which horizon it covers)")
+        return f"a PASS expects no difference at the certificate's horizon; {measured}"
+    return f"a {c.verdict} expects nothing either way (it asks for a review); {measured}"
+
+
+def render_line(result: TrainingComparison, console) -> None:
+    """The verdict line alone (``--quiet``)."""
+    colour = _COLOURS[result.verdict]
+    console.print(f"[bold {colour}]{result.verdict.value}[/]  {result.case}  (exit {result.exit_code}; "
+                  f"{result.reason})", highlight=False, soft_wrap=True)
 
 
 def render(result: TrainingComparison, console) -> None:
@@ -143,7 +168,8 @@ def to_dict(result: TrainingComparison) -> dict:
         "certificate": None if c is None else {"verdict": c.verdict, "gates": c.gates, "replicates": c.replicates,
                                                "seed": c.seed, "significant": c.significant,
                                                "findings": c.bias_findings,
-                                               "training_expected": result.expected_from_certificate},
+                                               "training_expected": result.expected_from_certificate,
+                                               "agreement": certificate_agreement(result)},
         "prediction": {"available": p.available, "reason": p.reason, "channels": p.channels,
                        "predicted_rms": _num(p.predicted_rms), "coherent_rms": _num(p.coherent_rms),
                        "noise_rms": _num(p.noise_rms), "slope": _stat(p.slope), "moved_ulps": _num(p.moved_ulps),

@@ -1,17 +1,20 @@
 """How a case's kernel pair maps onto a slot of the training model.
 
-A case is mapped by the names and shapes of its arguments, the conventions of kcert's catalogue
-(src/kcert/catalog/): the slot decides where the kernel sits in the decoder and how it is called.
+A case is mapped by what its kernel computes, read from ref on the case's first draw
+(:mod:`kcert.training.recognize`): the structure of its arguments and output and one behaviour per slot,
+whatever the arguments are called (``hidden_states`` and ``weight`` as Hugging Face names them map like
+the catalogue's ``x`` and ``w``). The slot decides where the kernel sits in the decoder and how it is
+called; the roles below are the slot's, bound to the case's own argument names.
 
-| slot | the case's arguments | where the kernel runs in the model |
+| slot | the case's arguments (roles) | where the kernel runs in the model |
 | --- | --- | --- |
-| ``norm`` | input ``x`` (..., D); weights ``w`` (D,) and optionally ``b`` (D,) | every normalisation: before attention and before the MLP in each layer, and before the output head |
-| ``activation`` | input ``x``; no weights | the MLP's activation ``down(act(up(x)))`` in each layer |
+| ``norm`` | an input ``x`` (..., D); a gain ``w`` (D,) and optionally a bias ``b`` (D,) | every normalisation: before attention and before the MLP in each layer, and before the output head |
+| ``activation`` | an input ``x``; no weights | the MLP's activation ``down(act(up(x)))`` in each layer |
 | ``gated_activation`` | inputs ``gate`` and ``up``; no weights | the gated MLP's core ``down(act(gate(x), up(x)))`` in each layer |
-| ``rope`` | inputs ``q``, ``k`` (batch, heads, seq, head_dim) and ``position_ids`` (batch, seq); no weights | the rotary embedding of q and k in every attention |
-| ``linear`` | input ``x`` (tokens, in); weight ``w`` (out, in) and optionally ``b`` (out,) | every projection: q, k, v, o, the MLP's and the output head |
-| ``router`` | input ``x`` (tokens, hidden); weights ``w_gate`` (experts, hidden) and optionally ``e_bias`` (experts,); returns dense (tokens, experts) combine weights | the router of every layer's MoE MLP |
-| ``router_logits`` | input ``router_logits`` (tokens, experts); returns dense combine weights | the same, on logits from the model's own gate |
+| ``rope`` | inputs ``q``, ``k`` (batch, heads, seq, head_dim) and integer positions (batch, seq); no weights | the rotary embedding of q and k in every attention |
+| ``linear`` | an input ``x`` (tokens, in); a weight ``w`` (out, in) and optionally ``b`` (out,) | every projection: q, k, v, o, the MLP's and the output head |
+| ``router`` | an input ``x`` (tokens, hidden); a gate ``w_gate`` (experts, hidden) and optionally ``e_bias`` (experts,); returns dense (tokens, experts) combine weights | the router of every layer's MoE MLP |
+| ``router_logits`` | an input of logits (tokens, experts); returns dense combine weights | the same, on logits from the model's own gate |
 
 Every other place uses the catalogue's reference kernel (RMSNorm with one rounding, SwiGLU, NeoX
 RoPE, ``F.linear``), the same in both arms. A case that matches no slot, or whose kernels do not
@@ -40,7 +43,7 @@ What a slot takes from the case besides the kernels:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -52,6 +55,7 @@ from ..catalog import linear as catalog_linear
 from ..catalog import norms as catalog_norms
 from ..catalog import rope as catalog_rope
 from ..errors import SlotError
+from .recognize import recognize
 
 SLOTS = ("norm", "activation", "gated_activation", "rope", "linear", "router", "router_logits")
 ARMS = ("ref", "prod")
@@ -63,11 +67,17 @@ class Slot:
 
     kind: str
     case: Case
-    weight_draw: dict  # name -> float64 numpy array: the case's weights for case_seed (norm slots)
+    weight_draw: dict  # role -> float64 numpy array: the case's weights for case_seed (norm, router slots)
     head_dim: int | None = None  # rope
     positions: tuple[int, int] | None = None  # rope: [low, high) of the case's position probe
     bias: bool = False  # norm / linear: the kernel takes ``b``; router: ``e_bias``
     experts: int | None = None  # router slots
+    arguments: dict = field(default_factory=dict)  # role (x, w, b, q, ...) -> the case's argument name
+    q_output: int = 0  # rope: which of the kernel's two outputs is q's
+
+    def call(self, kernel: Callable, **roles):
+        """``kernel`` called with the slot's roles under the case's argument names."""
+        return kernel(**{self.arguments.get(role, role): value for role, value in roles.items()})
 
     @property
     def where(self) -> str:
@@ -87,74 +97,35 @@ class Slot:
         return getattr(self.case, arm)
 
 
-def _signature(case: Case) -> str:
-    return f"inputs {sorted(case.inputs)}, weights {sorted(case.weights)}"
-
-
-def _kind(case: Case, draw: dict[str, torch.Tensor]) -> str:
-    inputs, weights = set(case.inputs), set(case.weights)
-    w = draw.get("w")
-    if inputs == {"x"} and weights in ({"w"}, {"w", "b"}) and w is not None:
-        if w.dim() == 1:
-            return "norm"
-        if w.dim() == 2:
-            return "linear"
-    if inputs == {"x"} and not weights:
-        return "activation"
-    if inputs == {"gate", "up"} and not weights:
-        return "gated_activation"
-    if inputs == {"q", "k", "position_ids"} and not weights:
-        return "rope"
-    gate = draw.get("w_gate")
-    if inputs == {"x"} and weights in ({"w_gate"}, {"w_gate", "e_bias"}) and gate is not None and gate.dim() == 2:
-        return "router"
-    if inputs == {"router_logits"} and not weights:
-        return "router_logits"
-    raise SlotError(
-        f"case {case.name!r} cannot be mapped onto the training model: its arguments ({_signature(case)}) match "
-        f"no slot. Slots: norm (x; w (D,) [, b]), activation (x), gated_activation (gate, up), "
-        f"rope (q, k, position_ids), linear (x; w (out, in) [, b]), router (x; w_gate [, e_bias]), "
-        f"router_logits (router_logits); docs/training.md"
-    )
-
-
 def bind(case: Case, case_seed: int = 0) -> Slot:
     """Map ``case`` onto a slot of the model (raises :class:`SlotError` when it cannot)."""
     if not isinstance(case, Case):
         raise SlotError(f"training comparison needs a kcert.Case, got {type(case).__name__}")
     from ..execution import probes
 
+    cpu = torch.device("cpu")
     try:
-        draw = probes.draw_weights(case, case_seed, torch.device("cpu")).working
+        draw = probes.draw_weights(case, case_seed, cpu).working
+        first = probes.draw_inputs(case, case_seed, 0, cpu).working
     except Exception as exc:  # a probe that cannot be drawn is the case's error
-        raise SlotError(f"case {case.name!r}: its weights cannot be drawn: {type(exc).__name__}: {exc}") from exc
-    kind = _kind(case, draw)
-    weights = {k: v.double().numpy() for k, v in draw.items()}
+        raise SlotError(f"case {case.name!r}: its probes cannot be drawn: {type(exc).__name__}: {exc}") from exc
+    found = recognize(case, first, draw)
+    kind, names = found.kind, found.arguments
+    roles = {role: draw[name].double().numpy() for role, name in names.items() if name in draw}
+    common = dict(arguments=names, q_output=found.q_output)
     if kind == "norm":
-        d = weights["w"].shape[0]
-        if "b" in weights and weights["b"].shape != (d,):
-            raise SlotError(f"case {case.name!r}: norm weight b has shape {weights['b'].shape}, expected ({d},) like w")
-        return Slot(kind, case, weights, bias="b" in weights)
+        return Slot(kind, case, roles, bias="b" in roles, **common)
     if kind == "rope":
-        q = case.inputs["q"]
-        shape = getattr(q, "shape", None)
-        if not shape or len(shape) != 4:
-            raise SlotError(f"case {case.name!r}: rope slot needs q of shape (batch, heads, seq, head_dim), got "
-                            f"{shape}")
-        pos = case.inputs["position_ids"]
+        pos = case.inputs[names["position_ids"]]
         span = (int(pos.low), int(pos.high)) if isinstance(pos, Integers) else (0, 0)
-        return Slot(kind, case, {}, head_dim=int(shape[-1]), positions=span)
+        return Slot(kind, case, {}, head_dim=int(first[names["q"]].shape[-1]), positions=span, **common)
     if kind == "linear":
-        return Slot(kind, case, {}, bias="b" in weights)
+        return Slot(kind, case, {}, bias="b" in roles, **common)
     if kind == "router":
-        return Slot(kind, case, weights, bias="e_bias" in weights, experts=int(weights["w_gate"].shape[0]))
+        return Slot(kind, case, roles, bias="e_bias" in roles, experts=int(roles["w_gate"].shape[0]), **common)
     if kind == "router_logits":
-        shape = getattr(case.inputs["router_logits"], "shape", None)
-        if not shape or len(shape) != 2:
-            raise SlotError(f"case {case.name!r}: router_logits slot needs router_logits of shape (tokens, experts), "
-                            f"got {shape}")
-        return Slot(kind, case, {}, experts=int(shape[-1]))
-    return Slot(kind, case, {})
+        return Slot(kind, case, {}, experts=int(first[names["router_logits"]].shape[-1]), **common)
+    return Slot(kind, case, {}, **common)
 
 
 # --- the kernels each arm runs --------------------------------------------------------------------------
@@ -186,7 +157,7 @@ def _check(out, slot: Slot, arm: str, shapes: tuple[tuple[int, ...], ...]):
 
 def _norm_call(kernel: Callable, bias: bool, slot: Slot, arm: str) -> Callable:
     def call(x, w, b):
-        out = kernel(x=x, w=w, b=b) if bias else kernel(x=x, w=w)
+        out = slot.call(kernel, x=x, w=w, b=b) if bias else slot.call(kernel, x=x, w=w)
         return _check(out, slot, arm, (tuple(x.shape),))
 
     return call
@@ -194,7 +165,7 @@ def _norm_call(kernel: Callable, bias: bool, slot: Slot, arm: str) -> Callable:
 
 def _linear_call(kernel: Callable, bias: bool, slot: Slot, arm: str) -> Callable:
     def call(x, w, b):
-        out = kernel(x=x, w=w, b=b) if bias else kernel(x=x, w=w)
+        out = slot.call(kernel, x=x, w=w, b=b) if bias else slot.call(kernel, x=x, w=w)
         return _check(out, slot, arm, ((x.shape[0], w.shape[0]),))
 
     return call
@@ -227,23 +198,26 @@ def kernels(slot: Slot, arm: str, head_dim: int) -> Kernels:
     if slot.kind == "norm":
         norm = _norm_call(k, slot.bias, slot, arm)
     elif slot.kind == "activation":
-        activation, gated = (lambda x: _check(k(x=x), slot, arm, (tuple(x.shape),))), False
+        activation, gated = (lambda x: _check(slot.call(k, x=x), slot, arm, (tuple(x.shape),))), False
     elif slot.kind == "gated_activation":
-        activation = lambda gate, up: _check(k(gate=gate, up=up), slot, arm, (tuple(gate.shape),))  # noqa: E731
+        activation = lambda gate, up: _check(slot.call(k, gate=gate, up=up), slot, arm,  # noqa: E731
+                                             (tuple(gate.shape),))
     elif slot.kind == "rope":
         def rope(q, kk, position_ids):
-            return _check(k(q=q, k=kk, position_ids=position_ids), slot, arm, (tuple(q.shape), tuple(kk.shape)))
+            out = _check(slot.call(k, q=q, k=kk, position_ids=position_ids), slot, arm,
+                         (tuple(q.shape), tuple(kk.shape)) if slot.q_output == 0 else (tuple(kk.shape), tuple(q.shape)))
+            return (out[0], out[1]) if slot.q_output == 0 else (out[1], out[0])
     elif slot.kind == "linear":
         linear = _linear_call(k, slot.bias, slot, arm)
     router = None
     if slot.kind == "router":
         def router(x, w_gate, e_bias):
             extra = {"e_bias": e_bias} if slot.bias else {}
-            return _check(k(x=x, w_gate=w_gate, **extra), slot, arm, ((x.shape[0], w_gate.shape[0]),))
+            return _check(slot.call(k, x=x, w_gate=w_gate, **extra), slot, arm, ((x.shape[0], w_gate.shape[0]),))
     elif slot.kind == "router_logits":
         def router(x, w_gate, e_bias):
             logits = catalog_linear.linear(x, w_gate)  # the model's gate, in the working dtype
-            return _check(k(router_logits=logits), slot, arm, (tuple(logits.shape),))
+            return _check(slot.call(k, router_logits=logits), slot, arm, (tuple(logits.shape),))
     return Kernels(norm, activation, gated, rope, linear, norm_bias=slot.kind == "norm" and slot.bias,
                    linear_bias=slot.kind == "linear" and slot.bias, router=router)
 
@@ -287,11 +261,11 @@ def gain_sensitivity(slot: Slot, case_seed: int = 0) -> np.ndarray:
     if slot.kind != "norm":
         raise SlotError(f"case {slot.case.name!r}: gain sensitivity is defined for norm slots, not {slot.kind}")
     cpu = torch.device("cpu")
-    x = probes.draw_inputs(slot.case, case_seed, 0, cpu).working["x"].float()
+    x = probes.draw_inputs(slot.case, case_seed, 0, cpu).working[slot.arguments["x"]].float()
     weights = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in slot.weight_draw.items()}
     w = weights["w"].clone().requires_grad_()
     with torch.enable_grad():
-        y = slot.case.ref(x=x, w=w, **({"b": weights["b"]} if slot.bias else {})).float()
+        y = slot.call(slot.case.ref, x=x, w=w, **({"b": weights["b"]} if slot.bias else {})).float()
         (y * torch.sign(y).detach()).sum().backward()
     total = y.detach().abs().reshape(-1, y.shape[-1]).sum(0)
     with np.errstate(divide="ignore", invalid="ignore"):

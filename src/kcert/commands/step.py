@@ -1,0 +1,118 @@
+"""``kcert step STEPS.py``: certify training steps across gradient accumulation, ranks and loss
+aggregation (L2, docs/training-graph.md). Light at import: torch is imported inside :func:`run`.
+
+Exit codes as ``kcert certify``: 0 every configuration PASS, 1 any FAIL, 3 a WARN and no FAIL, 2 a
+usage or input error (a step file that does not load, a rank that raises, a bad --config).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import DEFAULT_HORIZON, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
+from .options import check_threads, integer
+from .runtime import DEFAULT_THREADS, set_threads
+from .output import STDOUT, Streams, first_output_problem, write_output
+
+EPILOG = ("--config takes k (accumulation steps), window (micro-batches present, <= k), n (ranks) and split "
+          "(data, context, tensor), e.g. --config k=4,window=3 --config n=2,split=context; default: the step's own "
+          "configs. Exit 0: every configuration PASS; 1: a FAIL; 3: a WARN; 2: usage or input error.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stepfile", metavar="STEPS.py")
+    p.add_argument("--step", action="append", metavar="NAME", help="only this step (repeatable)")
+    p.add_argument("--config", action="append", metavar="SPEC",
+                   help="a configuration, e.g. k=2 | k=4,window=3 | n=2,split=context (repeatable; default the step's)")
+    p.add_argument("--replicates", "-R", type=integer, default=256, metavar="R",
+                   help="batch draws per configuration (default 256); the variance gate may add up to 4x")
+    p.add_argument("--max-replicates", type=integer, default=None, metavar="M", help="cap of adaptive replicates")
+    p.add_argument("--horizon", "-T", type=float, default=DEFAULT_HORIZON, metavar="T",
+                   help=f"horizon in optimizer steps (default {DEFAULT_HORIZON:g})")
+    p.add_argument("--seed", "-s", type=integer, default=0, metavar="S", help="seed (default 0)")
+    p.add_argument("--diagnosis-replicates", type=integer, default=16, metavar="D",
+                   help="draws of the diagnosis pass of a configuration that does not PASS (default 16; 0: none)")
+    p.add_argument("--start-method", choices=("fork", "spawn", "forkserver"), default=None,
+                   help="how the ranks start (default fork where available)")
+    p.add_argument("--rank-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds a rank may take to start or to answer one step (default 300)")
+    p.add_argument("--threads", type=integer, default=DEFAULT_THREADS, metavar="N",
+                   help=f"torch threads of this process (default {DEFAULT_THREADS}, as kcert certify); each rank runs one")
+    p.add_argument("--json", metavar="OUT", help="write the JSON report (kcert.step-certificate/1); '-' for stdout")
+    p.add_argument("--html", metavar="OUT", help="write the HTML report; '-' for stdout")
+    p.epilog = EPILOG
+    p.set_defaults(check_arguments=_check)
+
+
+def _check(args) -> str | None:
+    problem = check_threads(args)
+    if problem:
+        return problem
+    if args.json == STDOUT and args.html == STDOUT:
+        return "--json - and --html - cannot both write to stdout; give one of them a file name"
+    return None
+
+
+def _command(args, step: str) -> str:
+    from ..reproduce import command_line
+
+    words = ["kcert", "step", args.stepfile, "--step", step]
+    flags = [w for spec in args.config or () for w in ("--config", spec)]
+    if args.diagnosis_replicates != 16:
+        flags += ["--diagnosis-replicates", str(args.diagnosis_replicates)]
+    return command_line(words, replicates=args.replicates, horizon=args.horizon, seed=args.seed,
+                        max_replicates=args.max_replicates, flags=flags)
+
+
+def run(args) -> int:
+    streams = Streams.make(args, stdout_taken=STDOUT in (args.json, args.html))
+    problem = first_output_problem((("--json", args.json), ("--html", args.html)))
+    if problem:
+        streams.error(problem)
+        return EXIT_ERROR
+    set_threads(args.threads)
+    from ..errors import KcertError
+    from ..report import step as render
+    from ..step import certify_step
+    from ..step.files import load_steps, parse_config
+    from ..verdict import Verdict
+    from .progress import replicates_bar
+
+    try:
+        steps = load_steps(args.stepfile, args.step)
+        configs = [parse_config(text) for text in args.config] if args.config else None
+    except KcertError as exc:
+        streams.error(exc)
+        return EXIT_ERROR
+    results = []
+    for step in steps:
+        try:
+            with replicates_bar(step.name, streams.err) as bar:
+                task = bar.add_task("replicates", total=args.replicates)
+
+                def tick(config, done, planned):
+                    bar.update(task, completed=done, total=planned, description=f"{step.name} @ {config.label}")
+
+                result = certify_step(step, configs, args.replicates, args.seed, horizon=args.horizon,
+                                      max_replicates=args.max_replicates, diagnosis_replicates=args.diagnosis_replicates,
+                                      start_method=args.start_method, rank_timeout=args.rank_timeout,
+                                      command=_command(args, step.name), progress=tick)
+        except KcertError as exc:
+            streams.error(exc)
+            return EXIT_ERROR
+        except KeyboardInterrupt:
+            streams.note("kcert: interrupted")
+            return 130
+        render.render(result, streams.out)
+        results.append(result)
+    written = True
+    if args.json:
+        payload = render.dumps(results[0]) if len(results) == 1 else \
+            "[" + ",\n".join(render.dumps(r) for r in results) + "]"
+        written &= write_output("--json", args.json, payload + "\n", streams)
+    if args.html:
+        written &= write_output("--html", args.html, "\n".join(render.render_html(r) for r in results), streams)
+    if not written:
+        return EXIT_ERROR
+    worst = Verdict.worst([r.verdict for r in results])
+    return {Verdict.PASS: EXIT_PASS, Verdict.FAIL: EXIT_FAIL}.get(worst, EXIT_REVIEW)
