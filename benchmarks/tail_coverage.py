@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import time
 import zlib
 from concurrent.futures import ProcessPoolExecutor
@@ -112,7 +113,7 @@ def _thresholds(looks):
 
 def _rescaled(v, factor):
     """The gate's evidence with prod's errors multiplied by ``factor`` (equivariant laws only)."""
-    from kcert.gates.variance import fail_estimate, tail_verdict
+    from kcert.gates.variance import fail_estimate, paired_if_needed, tail_verdict
     from kcert.stats.observed import observed_tail
 
     iv = v.interval
@@ -125,8 +126,17 @@ def _rescaled(v, factor):
     t = v.thresholds
     obs = observed_tail(factor * v.error_prod_units, v.error_ref_units, slack=t.slack, line=t.warn,
                         depth=t.observed_depth)
-    verdict, _ = tail_verdict(fail_estimate(scaled, t), scaled, obs, t)
+    a, b = factor * v.error_prod_units, v.error_ref_units  # equivariant laws: no lattice to spread
+    estimate = fail_estimate(scaled, t)
+    paired = paired_if_needed(estimate, scaled, a, b, v.horizon, t, t.alpha / looks_of(v), bool(np.array_equal(a, b)))
+    verdict, _ = tail_verdict(estimate, scaled, obs, t, paired=paired)
     return verdict.value, scaled.upper
+
+
+def looks_of(v) -> int:
+    """The planned looks the result's alpha was split over (its stopping rule names them)."""
+    found = re.search(r"over (\d+) planned", v.stopping_rule)
+    return int(found.group(1)) if found else 1
 
 
 def _one(args):

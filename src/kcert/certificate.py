@@ -13,6 +13,7 @@ from .stats import identity
 from .stats.bias import FAIL, REASON_TEXT, WARN, BucketTestResult
 from .stats.bitwise import BIN_LABELS, GrowthTest
 from .stats.observed import ObservedTail
+from .stats.paired import PairedBound
 from .stats.rare import RareEventLimit
 from .stats.tail import TailFitResult
 from .stats.tail_ratio import TailRatioInterval
@@ -416,6 +417,9 @@ class VarianceResult:
         what it means at the horizon.
     lattice_spacing : tuple of float
         The lattice cells prod's and ref's tied errors were spread over before the fit (0: not tied).
+    paired : PairedBound or None
+        The shape difference bounded through the pairs (prod's error as ref's plus a difference), when
+        U was at or under the PASS line and the separate-shapes bound above it; None otherwise.
     assumptions : tuple of str
         What the interval assumes, in words.
     diagnostics : tuple of Diagnostic
@@ -457,6 +461,7 @@ class VarianceResult:
     observed: ObservedTail | None = None  # the observed range against the PASS line, before any extrapolation
     rare_events: RareEventLimit | None = None  # the smallest per-call rate of a rare defect R could have shown
     lattice_spacing: tuple[float, float] = (0.0, 0.0)  # cells prod's / ref's tied errors were spread over (0: none)
+    paired: PairedBound | None = None  # the shape difference bounded through the pairs, when it decided
 
     @property
     def replicates(self) -> int:
@@ -486,16 +491,20 @@ class VarianceResult:
 
     @property
     def pass_bound(self) -> float | None:
-        """What a PASS needs at or under ``thresholds.warn``: the largest of U, the bound with one shape
-        per side (not asked when prod's and ref's errors are the same numbers in every replicate) and
-        the observed ratio of the largest errors; None without an interval. (A PASS also needs the exact
-        test of the observed range not to reject: ``observed.p_value``.)"""
+        """What a PASS needs at or under ``thresholds.warn``: the largest of U, the bound on a shape
+        difference (the bound with one shape per side, or the paired bound when it is the smaller; not
+        asked when prod's and ref's errors are the same numbers in every replicate) and the observed
+        ratio of the largest errors; None without an interval. (A PASS also needs the exact test of the
+        observed range not to reject: ``observed.p_value``.)"""
         iv = self.interval
         if iv is None:
             return None
         parts = [iv.upper, 0.0 if self.observed is None else self.observed.ratio]
         if self.prod_tied_share != 1.0 and not np.isnan(iv.separate_upper):
-            parts.append(iv.separate_upper)
+            shapes = iv.separate_upper
+            if self.paired is not None:
+                shapes = min(shapes, self.paired.ratio_upper)
+            parts.append(shapes)
         return float(max(parts))
 
     @property

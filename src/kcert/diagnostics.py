@@ -87,8 +87,9 @@ CATALOGUE = {
         "can reach beyond it over the horizon",
     ),
     "shape_difference_not_excluded": (
-        "U is under the PASS line under one shared shape, but the bound with one shape per side is not: prod's "
-        "tail may be heavier in shape by less than the shape test can see at this R, so the PASS is held back",
+        "U is under the PASS line under one shared shape, but neither the bound with one shape per side nor the "
+        "paired bound (prod's error as ref's plus a difference) is: prod's tail may be heavier in shape by less "
+        "than the shape test can see at this R, so the PASS is held back",
         "more replicates narrow the separate-shapes bound (the run takes its next look when it has one); "
         "read the QQ and return-level plots",
     ),

@@ -6,8 +6,9 @@ ref. The verdict rests on the tail ratio at the horizon, ``A_T = max(0, r_a - 1)
 each side's T-call return level, and on U, its profile-likelihood upper bound
 (:mod:`kcert.stats.tail_ratio`). The two tails share one GPD shape unless a likelihood-ratio test finds
 prod's heavier. FAIL when the estimate is above 10. PASS needs four things: U <= 2; the same bound
-with one shape per side (at its own, weaker level) <= 2, since a shape difference the test cannot see
-at this R would otherwise pass unbounded; the observed ratio of the largest errors
+with one shape per side (at its own, weaker level) <= 2, or the paired bound (prod's error as ref's
+plus a difference, :mod:`kcert.stats.paired`) <= 2, since a shape difference the test cannot see at
+this R would otherwise pass unbounded; the observed ratio of the largest errors
 ``(max a - 1) / max b`` <= 2; and no exact test showing prod's largest errors above the PASS line
 (:mod:`kcert.stats.observed`). Anything else WARNs, and a WARN sends the run to its next look.
 Errors on a lattice (mostly tied) are spread within their cells before the fit
@@ -29,6 +30,7 @@ from ..diagnostics import Diagnostic, diagnostic
 from ..stats.amplification import amplification_ratios
 from ..stats.lattice import lattice_spacing, spread_within_cells
 from ..stats.observed import ObservedTail, observed_tail
+from ..stats.paired import PairedBound, paired_bound, return_level_floor
 from ..stats.rare import rare_event_limit
 from ..stats.tail import fit_tail
 from ..stats.tail_ratio import (
@@ -49,7 +51,8 @@ ASSUMPTIONS = (
     "redone at the 0.85 and 0.95 quantiles to check it",
     "prod's and ref's tails share one shape unless a likelihood-ratio test finds prod's heavier (then each has "
     "its own); a shape difference too small for that test to see at this R is bounded, for a PASS, by the "
-    "separate-shapes bound at its own level (separate_alpha)",
+    "separate-shapes bound at its own level (separate_alpha) or through the pairs (prod's error as ref's plus a "
+    "difference whose own tail is extrapolated; ref's tail a GPD of shape <= 1 for its growth from T to T/0.9)",
     "replicates are independent draws (each from its own seed); a defect rarer per call than the rare-event "
     "rate quoted may not have occurred in any of them",
 )
@@ -121,7 +124,7 @@ def judge_errors(a, b, horizon: float, thresholds: VarianceThresholds, seed: int
                           harm_format=harm_format, error_prod_units=a, error_ref_units=b,
                           fail_estimate=judged.fail_estimate, assumptions=ASSUMPTIONS, observed=judged.observed,
                           rare_events=rare_event_limit(usable, horizon, thresholds.rare_confidence),
-                          lattice_spacing=judged.spacing)
+                          lattice_spacing=judged.spacing, paired=judged.paired)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ class _Judged:
     fail_estimate: float | None = None
     observed: ObservedTail | None = None
     spacing: tuple[float, float] = (0.0, 0.0)  # the lattice cells prod's and ref's errors were spread over
+    paired: PairedBound | None = None  # the shape difference bounded through the pairs, when it was needed
 
 
 @dataclass(frozen=True)
@@ -194,8 +198,8 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
                                                f"(ref, spread downwards) harm units"),)
     a_max = float(a.max())
     if a_max <= slack:
-        within = _within_slack(a_fit, a_max, float(b.max()), horizon, thresholds, alpha, harm_format, screened,
-                               observed, diags)
+        within = _within_slack(a_fit, a_max, float(b.max()), return_level_floor(b_fit, horizon, alpha), horizon,
+                               thresholds, alpha, harm_format, screened, observed, diags)
         if within is not None:
             return within
         diags += (diagnostic("prod_tail_beyond_slack",
@@ -224,28 +228,31 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
     stability = _threshold_stability(a_fit, b_fit, horizon, thresholds)
     judged = fail_estimate(iv, thresholds)
     diags += _stability_diagnostics(stability, judged, iv, sides[0].quantile)
-    verdict, held = tail_verdict(judged, iv, observed, thresholds, identical=bool(np.array_equal(a, b)))
+    identical = bool(np.array_equal(a, b))
+    paired = paired_if_needed(judged, iv, a_fit, b_fit, horizon, thresholds, alpha, identical)
+    verdict, held = tail_verdict(judged, iv, observed, thresholds, identical=identical, paired=paired)
     diags += held
     verdict = Verdict.worst([verdict, screened.floor])
     confirmation = _confirmation(a_fit, b_fit, horizon, thresholds) if verdict is Verdict.FAIL else None
     if confirmation is not None and min(confirmation) <= thresholds.fail:
         diags += (diagnostic("fail_not_confirmed", f"A_T = {confirmation[0]:.3g} (even replicates), "
                                                    f"{confirmation[1]:.3g} (odd)"),)
-    reason = _interval_reason(iv, judged, verdict, horizon, alpha, thresholds, observed, bool(held))
+    reason = _interval_reason(iv, judged, verdict, horizon, alpha, thresholds, observed, bool(held), paired)
     if screened.too_few:
         reason += f"; only {a.size} replicates: a PASS needs {screened.minimum}"
-    return _Judged(verdict, reason, diags, iv, stability, confirmation, judged, observed, spacing)
+    return _Judged(verdict, reason, diags, iv, stability, confirmation, judged, observed, spacing, paired)
 
 
-def _within_slack(a_fit: np.ndarray, a_max: float, b_max: float, horizon: float, thresholds: VarianceThresholds,
-                  alpha: float, harm_format: str, screened: _Screened, observed: ObservedTail,
-                  diags: tuple[Diagnostic, ...]) -> _Judged | None:
+def _within_slack(a_fit: np.ndarray, a_max: float, b_max: float, b_floor: float, horizon: float,
+                  thresholds: VarianceThresholds, alpha: float, harm_format: str, screened: _Screened,
+                  observed: ObservedTail, diags: tuple[Diagnostic, ...]) -> _Judged | None:
     """Every prod error within the slack: PASS without comparing the tails when prod's largest error is at
     most ref's largest (prod is nowhere worse than ref on the data, and per-replicate maxima of rounding
     errors, bounded near half a unit, are no GPD to extrapolate), or when prod's own T-call
     return level (on its errors as the fit sees them, ``a_fit``) is bounded at or under ``slack + warn
-    * max b`` (then ``A_T = max(0, r_a - slack) / r_b <= warn`` unless ref's T-call return level is under
-    ref's largest observed error, probability about R/T), or prod has too few positive errors for a tail
+    * b_floor`` (then ``A_T = max(0, r_a - slack) / r_b <= warn`` unless ref's T-call return level is
+    under ``b_floor``, an order statistic of ref's errors chosen so that this has probability under
+    alpha / 100: :func:`kcert.stats.paired.return_level_floor`), or prod has too few positive errors for a tail
     (nothing to extrapolate). None otherwise: prod's errors are far larger than ref's under the slack and
     its tail may reach past the PASS line at the horizon, so the tails are compared."""
     slack = thresholds.slack
@@ -260,10 +267,10 @@ def _within_slack(a_fit: np.ndarray, a_max: float, b_max: float, horizon: float,
         return _Judged(screened.floor, f"{head}, too few positive errors for a tail: nothing to extrapolate", diags,
                        observed=observed)
     bound = return_level_upper(side, horizon, alpha)
-    line = slack + thresholds.warn * b_max  # r_a at or under it: A_T <= warn while r_b >= max b
+    line = slack + thresholds.warn * b_floor  # r_a at or under it: A_T <= warn while r_b >= b_floor
     if bound > line:
         return None
-    against = "" if b_max == 0 else f" <= {slack:g} + {thresholds.warn:g} x ref's largest error ({b_max:.3g})"
+    against = "" if b_floor == 0 else f" <= {slack:g} + {thresholds.warn:g} x ref's error floor ({b_floor:.3g})"
     return _Judged(screened.floor, f"{head}, and its {horizon:.3g}-call return level bounded by {bound:.3g}{against} "
                                    f"(profile likelihood, one-sided {1 - alpha:.5g}): no amplification to bound",
                    diags, observed=observed)
@@ -282,29 +289,45 @@ def _spread_lattices(a: np.ndarray, b: np.ndarray, seed: int,
 _LATTICE_STREAM = 23  # the spread's generator: the run's seed and this stream (no other draw uses it)
 
 
+def paired_if_needed(estimate: float, iv: TailRatioInterval, a, b, horizon: float, thresholds: VarianceThresholds,
+                     alpha: float, identical: bool) -> PairedBound | None:
+    """The paired bound (:mod:`kcert.stats.paired`) when it is what decides: U at or under the PASS line
+    while the separate-shapes bound is above it (and the two sides' errors are not the same numbers).
+    ``a``, ``b``: the errors as the fit saw them (lattices spread); ``alpha``: the look's level."""
+    if (identical or _by_interval(estimate, iv.upper, thresholds) is not Verdict.PASS
+            or iv.separate_upper <= thresholds.warn):
+        return None
+    return paired_bound(a, b, horizon, alpha, slack=thresholds.slack, quantile=thresholds.threshold_quantile,
+                        min_exceedances=thresholds.min_exceedances)
+
+
 def tail_verdict(estimate: float, iv: TailRatioInterval, observed: ObservedTail, thresholds: VarianceThresholds,
-                 identical: bool = False) -> tuple[Verdict, tuple[Diagnostic, ...]]:
+                 identical: bool = False, paired: PairedBound | None = None) -> tuple[Verdict, tuple[Diagnostic, ...]]:
     """The verdict on a tail comparison: FAIL when ``estimate`` (the one the FAIL line judges) is above
     ``fail`` (or U, under ``fail_on="bound"``); PASS when U <= ``warn`` and nothing holds the PASS back
     (:func:`_pass_held_back`); WARN otherwise. ``identical``: prod's and ref's errors are equal in every
-    replicate. Returns the verdict and the diagnostics that held a PASS back.
+    replicate; ``paired``: the shape difference bounded through the pairs (:func:`paired_if_needed`).
+    Returns the verdict and the diagnostics that held a PASS back.
     benchmarks/tail_coverage.py judges rescaled evidence with it."""
     verdict = _by_interval(estimate, iv.upper, thresholds)
-    held = _pass_held_back(iv, observed, thresholds, identical) if verdict is Verdict.PASS else ()
+    held = _pass_held_back(iv, observed, thresholds, identical, paired) if verdict is Verdict.PASS else ()
     return (Verdict.WARN if held else verdict), held
 
 
 def _pass_held_back(iv: TailRatioInterval, observed: ObservedTail, thresholds: VarianceThresholds,
-                    identical: bool) -> tuple[Diagnostic, ...]:
-    """Why a U at or under the PASS line may still not PASS: the separate-shapes bound above it (a shape
-    difference the test cannot see at this R is not excluded; moot when the two sides' errors are the
-    same numbers in every replicate: one sample has one shape), or the observed range above it."""
+                    identical: bool, paired: PairedBound | None) -> tuple[Diagnostic, ...]:
+    """Why a U at or under the PASS line may still not PASS: a shape difference the test cannot see at
+    this R not excluded, neither by the separate-shapes bound nor by the paired bound (moot when the two
+    sides' errors are the same numbers in every replicate: one sample has one shape), or the observed
+    range above the line."""
     line = thresholds.warn
     held = []
-    if not identical and not iv.separate_upper <= line:
+    shapes_bounded = iv.separate_upper <= line or (paired is not None and paired.ratio_upper <= line)
+    if not identical and not shapes_bounded:
+        through_pairs = "" if paired is None else f", {paired.ratio_upper:.3g} through the pairs"
         held.append(diagnostic("shape_difference_not_excluded",
                                f"U = {iv.upper:.3g} under {iv.model}, but {iv.separate_upper:.3g} with one shape per "
-                               f"side (one-sided {1 - iv.separate_alpha:.4g})"))
+                               f"side (one-sided {1 - iv.separate_alpha:.4g}){through_pairs}"))
     if observed.ratio > line or observed.p_value < thresholds.observed_level:
         held.append(diagnostic("observed_above_line",
                                f"(max a - {thresholds.slack:g}) / max b = {observed.ratio:.3g}; prod's errors at the "
@@ -379,7 +402,8 @@ def _confirmation(a: np.ndarray, b: np.ndarray, horizon: float,
 
 
 def _interval_reason(iv: TailRatioInterval, judged: float, verdict: Verdict, horizon: float, alpha: float,
-                     thresholds: VarianceThresholds, observed: ObservedTail, held: bool) -> str:
+                     thresholds: VarianceThresholds, observed: ObservedTail, held: bool,
+                     paired: PairedBound | None = None) -> str:
     level = 1 - alpha
     reason = (f"U = {iv.upper:.3g} (A_T = {iv.estimate:.3g}: prod's T-call error tail over ref's, profile "
               f"likelihood, one-sided {level:.5g}, {iv.model}) at T = {horizon:.3g}; "
@@ -391,6 +415,9 @@ def _interval_reason(iv: TailRatioInterval, judged: float, verdict: Verdict, hor
                    f"{1 - iv.separate_alpha:.4g}), observed (max a - {thresholds.slack:g}) / max b = "
                    f"{observed.ratio:.3g}, exact p = {observed.p_value:.2g} (PASS needs <= {thresholds.warn:g}, "
                    f"<= {thresholds.warn:g} and >= {thresholds.observed_level:g}); more replicates decide")
+    elif paired is not None and verdict is Verdict.PASS:
+        reason += (f"; the shape difference bounded through the pairs (prod's error as ref's plus a difference): "
+                   f"{paired.ratio_upper:.3g} (one shape per side: {iv.separate_upper:.3g})")
     if verdict is Verdict.WARN and iv.upper > thresholds.fail and thresholds.fail_on == "estimate":
         reason += f"; A_T cannot be bounded below {thresholds.fail:g} (more replicates narrow U), FAIL needs A_T above it"
     return reason

@@ -14,7 +14,7 @@ from ..certificate import BitwiseResult, Certificate
 from . import checks
 from .blocks import AlgebraView, algebra_view, bitwise_view, significance, timing_text
 from .jsonio import to_dict
-from .text import MEANING, error_comparison_text, fmt, gate_sentences, observed_range_text, rare_events_text
+from .text import MEANING, error_comparison_text, fmt, gate_sentences, observed_range_text, paired_text, rare_events_text
 
 _COLOURS = {"PASS": "#1a7f37", "WARN": "#9a6700", "FAIL": "#cf222e", "SKIPPED": "#8250df"}
 _STYLE = """
@@ -188,7 +188,8 @@ def _variance_section(cert: Certificate, v) -> str:
         if iv.separate_alpha == iv.separate_alpha:  # not NaN: the separate-shapes bound was computed
             cells["one shape per side"] = e(f"U = {fmt(iv.separate_upper)} (one-sided {1 - iv.separate_alpha:.4g})")
         cells["stopping"] = e(v.stopping_rule)
-    for key, text in (("observed range", observed_range_text(v)), ("rare events", rare_events_text(v))):
+    for key, text in (("observed range", observed_range_text(v)), ("paired difference", paired_text(v)),
+                      ("rare events", rare_events_text(v))):
         if text:
             cells[key] = e(text)
     t = v.tail

@@ -112,6 +112,16 @@ def _observed(v: VarianceResult) -> dict | None:
             "scanned": o.scanned}
 
 
+def _paired(v: VarianceResult) -> dict | None:
+    """The shape difference bounded through the pairs, when it decided (docs/json-schema.md)."""
+    p = v.paired
+    if p is None:
+        return None
+    return {"ratio_upper": number(p.ratio_upper), "difference_upper": number(p.upper), "growth": number(p.growth),
+            "share": p.share, "max_difference": number(p.max_difference), "positive": p.positive,
+            "alpha": p.alpha}
+
+
 def _rare_events(v: VarianceResult) -> dict | None:
     """The smallest per-call rate of a rare defect the replicates could have shown (docs/json-schema.md)."""
     r = v.rare_events
@@ -161,6 +171,7 @@ def _variance(v: VarianceResult) -> dict:
         },
         "tail_ratio": _tail_ratio(v),
         "observed": _observed(v),
+        "paired": _paired(v),
         "rare_events": _rare_events(v),
         "lattice_spacing": {"prod": number(v.lattice_spacing[0]), "ref": number(v.lattice_spacing[1])},
         "k": {

@@ -15,7 +15,7 @@ from ..verdict import Verdict
 from . import checks
 from .blocks import AlgebraView, BitwiseView, algebra_view, bitwise_view, significance, timing_text
 from .blocks import ulp_histogram_text, zero_crossing_bins  # noqa: F401  (their home before report.blocks)
-from .text import MEANING, error_comparison_text, gate_sentences, observed_range_text, rare_events_text
+from .text import MEANING, error_comparison_text, gate_sentences, observed_range_text, paired_text, rare_events_text
 
 STYLE = {Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.FAIL: "bold red", Verdict.SKIPPED: "bold magenta"}
 
@@ -92,7 +92,7 @@ def _variance(v: VarianceResult) -> Group:
                               f"{1 - iv.separate_alpha:.4g}; PASS <= {v.thresholds.warn:g})"))
         lines.append(Text(f"stopping: {v.stopping_rule}", style="dim"))
         lines.append(Text("assumed: " + "; ".join(v.assumptions), style="dim"))
-    lines += [Text(t) for t in (observed_range_text(v), rare_events_text(v)) if t]
+    lines += [Text(t) for t in (observed_range_text(v), paired_text(v), rare_events_text(v)) if t]
     t = v.tail
     q = v.quantiles()
     report = (f"report's K = (E_prod - eps) / E_ref (for comparison): {v.n_zero} zero, {v.n_positive} positive, "

@@ -68,6 +68,17 @@ def observed_range_text(v: VarianceResult) -> str | None:
             f"{o.depth}: {o.prod_in_top}, exact p = {fmt(o.p_value)} (PASS >= {v.thresholds.observed_level:g})")
 
 
+def paired_text(v: VarianceResult) -> str | None:
+    """The shape difference bounded through the pairs, when the gate needed it."""
+    p = v.paired
+    if p is None:
+        return None
+    return (f"paired: prod's error as ref's plus a difference (max {fmt(p.max_difference)}, positive in {p.positive} "
+            f"replicates); its {fmt(v.horizon / p.share)}-call return level <= {fmt(p.upper)} bounds A_T by "
+            f"{fmt(p.ratio_upper)} (PASS <= {v.thresholds.warn:g}; ref's level grows by at most {fmt(p.growth)} "
+            f"over {fmt(1 / (1 - p.share))} T)")
+
+
 def rare_events_text(v: VarianceResult) -> str | None:
     """What the replicates cannot see (rule of three), from the result's ``rare_events``."""
     r = v.rare_events
