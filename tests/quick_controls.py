@@ -1,5 +1,4 @@
-"""What a control may show in place of a PASS when its replicates end before the variance gate can
-exclude a tail-shape difference (quick controls: at most 256 replicates; the step family: 1024)."""
+"""What a quick control (at most 256 replicates) may show in place of a PASS."""
 
 
 def passes_or_needs_replicates(cert) -> bool:

@@ -28,8 +28,9 @@ FAMILY = "step"
 HF = importlib.util.find_spec("transformers") is not None
 # a negative's defect is far above rounding and stops its run at the first look; a positive gets the
 # command's default, 1024 (its variance gate may look further, up to 4x): a PASS needs the tail-shape
-# difference excluded (docs/method.md, Gate 3), which the gradients of a correct step did not reach at
-# 1024 replicates in two of three positives (256 declared before issue 23's gate)
+# difference excluded (docs/method.md, Gate 3). Declared 256 before that rule; then two of the three
+# positives' gradients stopped at 1024 with the separate-shapes bound at 6.5 and 2.4 (WARN); at 1024
+# declared they PASS at 2048 (1.86 and 1.49), the third at 1024.
 NEGATIVE_REPLICATES, POSITIVE_REPLICATES = 128, 1024
 # variable lengths (4 to 16 tokens), right padding, prompts of up to 3 ignored labels
 BATCH = TokenBatch(sequences=8, length=16, vocab=M.VOCAB, prompt=3)
