@@ -1,7 +1,7 @@
 """kcert.training with torch: slot mapping, the paired runs, checkpoints and the train-compare command.
 
 The runs use a tiny model (hidden 32, 30 steps) except the command-line test, which runs the
-``--quick`` mode CI is promised."""
+``--quick`` mode CI is promised, stopped at 30 steps."""
 
 import functools
 import json
