@@ -49,3 +49,25 @@ def _seeded_torch():
     import torch
 
     torch.manual_seed(0)
+
+
+# The whole-family tests (``-m controls``) of the control families that cost the most. CI runs
+# ``-m "controls and not heavy_controls"`` (the light families in full) to stay within its time budget;
+# ``python -m pytest -m controls`` still runs everything. Each of these families keeps quick controls (or,
+# for step, the two-rank certifications of tests/test_step.py) in the default suite. README.md, "Tests".
+HEAVY_CONTROL_MODULES = frozenset({
+    "test_controls_step.py",  # 11 controls; the whole-family test runs 3 of them (KCERT_STEP_FAMILY=all: 11)
+    "test_controls_compiled.py",  # torch.compile of every control
+    "test_controls_opaque.py",  # C++ / Triton-interpreter kernels
+    "test_controls_backward.py",
+    "test_controls_framework.py",  # Hugging Face attention implementations
+    "test_example_liger.py",  # Liger's Triton kernels in the CPU interpreter
+})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Mark the heavy families' ``controls`` tests ``heavy_controls`` before ``-m`` selects (tryfirst)."""
+    for item in items:
+        if item.path.name in HEAVY_CONTROL_MODULES and item.get_closest_marker("controls") is not None:
+            item.add_marker(pytest.mark.heavy_controls)
