@@ -61,6 +61,7 @@ HEAVY_CONTROL_MODULES = frozenset({
     "test_controls_opaque.py",  # C++ / Triton-interpreter kernels
     "test_controls_backward.py",
     "test_controls_framework.py",  # Hugging Face attention implementations
+    "test_controls_attention.py",  # the costliest light family (636 s of 1846 s at load 5-7)
     "test_example_liger.py",  # Liger's Triton kernels in the CPU interpreter
 })
 
