@@ -4,7 +4,8 @@ say which thresholds the families' null samples support (issue 4, item 5; docs/c
 
 Every positive control is a null draw: a WARN or FAIL it gets is a false alarm. Per output and
 seed this records U (what a PASS needs under the WARN line: the profile-likelihood upper bound of the
-tail ratio A_T, the separate-shapes bound and the observed ratio, the largest of them), the A_T estimate, whether
+tail ratio A_T, the separate-shapes bound or the paired bound, whichever is smaller, and the observed ratio, the
+largest of them), the A_T estimate, whether
 the shape test found prod's tail heavier, the variance verdict, the bias gate's largest |z| and largest effect in
 ULP (raw and sign-aligned, over all tested buckets and over the significant ones) and its verdict.
 The arithmetic of rates and proposals is pure (kcert.stats.calibration).
@@ -458,7 +459,7 @@ def _markdown(cal: Calibration, command: str) -> str:
         "",
         (f"Variance gate (PASS <= {v.warn:g} < WARN <= {v.fail:g} < FAIL, U one-sided at 1 - {v.alpha:g}; \"U\" "
          f"here is what a PASS needs under the line: the largest of U, the separate-shapes bound at 1 - "
-         f"{v.separate_alpha:g} and the observed ratio). "
+         f"{v.separate_alpha:g} or the paired bound (the smaller) and the observed ratio). "
         f"Rates are alarms/outputs (rate, one-sided 95 % upper bound); the proposal is the lowest line whose "
         f"null rate of U above it is <= {cal.target:.0%}, counted on the outputs a line can clear. \"WARN "
         "whatever the line\" counts the others (too few positive errors for a fit, an infinite or undefined "

@@ -84,7 +84,8 @@ class VarianceThresholds:
     ``separate_fail_level`` (then the separate-shapes estimate).
     ``threshold_quantile`` and ``min_exceedances`` place each side's threshold; ``bootstrap`` resamples
     only feed the report's rule on K, shown beside U for comparison, and the plots' bands. A PASS also
-    needs the bound with one shape per side (one-sided at ``1 - separate_alpha``) and the observed
+    needs the bound with one shape per side (one-sided at ``1 - separate_alpha``) or the paired bound
+    (kcert.stats.paired) and the observed
     ratio of the largest errors at or under ``warn``, and the exact test of the observed range
     (``observed_level``) not to reject (docs/method.md, "Gate 3").
 
