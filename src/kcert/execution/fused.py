@@ -633,7 +633,7 @@ class FusedReducer:
             return NONFINITE
         if labels is None:
             g = positions
-            counts = np.full((2, g), numel / g)
+            counts = np.broadcast_to(np.float64(numel / g), (2, g))
         else:
             total = total[:, :g] if by_runs else _scatter(total, flat, g)
             counts = np.bincount(flat[flat >= 0], minlength=g).astype(np.float64) * (numel // flat.size)
