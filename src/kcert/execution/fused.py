@@ -141,23 +141,35 @@ if numba is not None:
 
         return wide
 
+    @numba.njit(cache=True)
+    def _sign_bit(x):
+        return np.float64(x).view(np.int64) & np.int64(-0x8000000000000000)
+
+    @numba.njit(cache=True)
+    def _flip(x, sign_bit):
+        """``x`` with its sign bit xor-ed with ``sign_bit``: ``x * sign(r)`` for r != 0, exactly."""
+        return np.int64(np.float64(x).view(np.int64) ^ sign_bit).view(np.float64)
+
     # One element's contribution, in registers: the five rows of ``outputs._fill_rows`` added to
     # A0..A4 and |prod - oracle|, |ref - oracle|, |oracle| folded into P0..P2 (selects, not max():
-    # they vectorize). The float64 arithmetic is that of the torch rows, operation for operation.
+    # they vectorize). The float64 arithmetic is that of the torch rows, operation for operation,
+    # except ``d * sign(ref)``, written as a sign flip and a zero where ref is zero: the same sums
+    # bit for bit (an accumulator starts at +0 and so is never -0, and adding a zero of either sign
+    # to it changes nothing; a non-finite d makes the raw row's sum non-finite in both), in fewer
+    # instructions than a sign and a product (7% of the sweep).
     # (The ULP counts live in their own loop, _count4: in this one their integer lanes were four
     # wide like the float64 ones and pushed the accumulators out of the registers; 1 ns per element.)
     @numba.njit(cache=True)
     def _element(rv, pv, o, A0, A1, A2, A3, A4, P0, P1, P2):
         r = _decode(rv)
         p = _decode(pv)
-        s = 1.0 if r > 0 else 0.0
-        s = -1.0 if r < 0 else s
+        sign = _sign_bit(r)
         d = p - r
         ro = r - o
         A0 += d
-        A1 += d * s
+        A1 += _flip(d, sign) if r != 0 else 0.0
         A2 += ro
-        A3 += ro * s
+        A3 += _flip(ro, sign) if r != 0 else 0.0
         A4 += abs(r)
         x = abs(p - o)
         y = abs(r - o)
@@ -171,11 +183,9 @@ if numba is not None:
     def _element_no_oracle(rv, pv, A0, A1, A2):
         r = _decode(rv)
         p = _decode(pv)
-        s = 1.0 if r > 0 else 0.0
-        s = -1.0 if r < 0 else s
         d = p - r
         A0 += d
-        A1 += d * s
+        A1 += _flip(d, _sign_bit(r)) if r != 0 else 0.0
         A2 += abs(r)
         return A0, A1, A2
 
