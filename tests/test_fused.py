@@ -106,8 +106,8 @@ def _walk(segments, width, positions, inner_kept, r, p, o):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 @pytest.mark.parametrize("shape, axes", [
     ((64, 8, 512), (2,)),  # one window: groups of four segments
-    ((5, 3, 1300), (2,)),  # 15 rows of two segments (1024 + 276): groups of three of each, in turn
-    ((7, 3000), (0,)),  # summed innermost group: windows per bucket, the last segment shorter
+    ((5, 3, 1300), (2,)),  # 15 rows of two segments (1024 + 276) whose windows alternate: one per group
+    ((7, 3000), (0,)),  # summed innermost group: a window per bucket, the last segment shorter (groups of 2, 1)
     ((4, 1024, 640), (2,)),  # two lanes
 ])
 @pytest.mark.parametrize("oracle", [True, False])
