@@ -154,6 +154,20 @@ def test_ulp_bins_match_the_numpy_reference_at_every_distance(dtype):
     assert compiled.ulp_histogram[3:S.SATURATED_BIN + 1].sum() > 0
 
 
+def test_ulp_counters_flush_before_they_overflow():
+    """16384 groups of four 16-element segments on one window: each position counts 65536
+    distances of 0, more than its 16-bit counter holds, so the counts must be flushed on the way."""
+    r = torch.randn(1 << 16, 16, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    p = r.clone()
+    p.view(torch.int16)[::1000, 0] += 1  # one ULP apart (away from zero) in 66 rows of position 0
+    reducer = fused.FusedReducer()
+    _, _, _, histogram = reducer.reduce(r, p, None, (1,), None, None, True)
+    [(_, (segments, _))] = reducer._tables.items()
+    assert len(segments) == 1 << 16 and fused.lanes_for(len(segments), r.numel(), 8 * 3 * 16) == 1
+    np.testing.assert_array_equal(histogram, S.ulp_histogram(_bits(r), _bits(p)))
+    assert histogram[1] == 66 and histogram[0] == r.numel() - 66
+
+
 def test_numbers_do_not_depend_on_threads_or_lanes():
     """Lanes are fixed by the shape; any number of threads runs them and the sums are bitwise equal."""
     r, p, o = _outputs((4, 1024, 640))  # 2.6 M elements: two lanes
