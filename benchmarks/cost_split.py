@@ -8,11 +8,14 @@ jobs, wall-clock parts timed at different moments mostly measure the load), medi
   seeded per replicate, rounded to the case dtype), ref, prod, and the float64 oracle (ref in real
   mode); ``floor x R`` is what any certification must spend;
 - kcert's per-replicate work on top: the reduction of the three outputs into the accumulators
-  (``kcert.execution.outputs.summarize``);
+  (``kcert.execution.outputs.summarize``), also in ns per output element against one read of the
+  outputs (``torch.sum`` of ref, prod and the oracle, each once: the memory traffic any reduction
+  must pay);
 - kcert's fixed work: the algebra gate's identity test (real mode, float64 and float32, on the
   probe and wide draws), its symbolic proof, and the statistics of the bias and variance gates and
   L0 on the accumulated replicates;
-- ``kcert.certify`` itself at R, and the ratio certify / (floor x R).
+- ``kcert.certify`` itself at R, and the ratio certify / (floor x R), also against the floor plus
+  one read of the outputs (what kcert's reduction cannot go below).
 
     python benchmarks/cost_split.py [--replicates 1024] [--repeats 3] [--threads 1]
 """
@@ -57,10 +60,11 @@ def clock() -> float:
 
 
 def per_replicate(c: kcert.Case, n: int) -> dict[str, float]:
-    """Seconds per replicate of each floor part and of the reduction, over replicates 0..n-1."""
+    """Seconds per replicate of each floor part, of the reduction and of one read of the outputs,
+    over replicates 0..n-1 (and, as ``_elements``, the output elements of a replicate)."""
     runner = Runner(c, 0, CPU)
     weights = runner.weights
-    parts = {"draw": 0.0, "ref": 0.0, "prod": 0.0, "oracle": 0.0, "reduction": 0.0}
+    parts = {"draw": 0.0, "ref": 0.0, "prod": 0.0, "oracle": 0.0, "reduction": 0.0, "read": 0.0}
     for r in range(n):
         t = clock()
         draw = probes.draw_inputs(c, 0, r, CPU)
@@ -79,9 +83,12 @@ def per_replicate(c: kcert.Case, n: int) -> dict[str, float]:
             for layout, x, y, z in zip(runner.layouts, a, b, o):
                 summarize(layout, x, y, z, None, runner.workspace)
         t5 = clock()
-        for k, v in zip(parts, (t1 - t, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+        for x in (*a, *b, *o):  # one read of the outputs
+            x.sum()
+        t6 = clock()
+        for k, v in zip(parts, (t1 - t, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
             parts[k] += v
-    return {k: v / n for k, v in parts.items()}
+    return {k: v / n for k, v in parts.items()} | {"_elements": sum(x.numel() for x in a)}
 
 
 def fixed(c: kcert.Case, replicates: int) -> dict[str, float]:
@@ -128,9 +135,10 @@ def main() -> None:
     R = args.replicates
     kcert.certify(c, replicates=2, max_replicates=2)  # warm-up: imports, allocator, numba
     rows: dict[str, list[float]] = {}
-    ratios, outcome = [], ""
+    ratios, read_ratios, outcome = [], [], ""
     for _ in range(args.repeats):
         split = per_replicate(c, args.sample)
+        elements = split.pop("_elements")
         fx = fixed(c, R)
         outcome = fx.pop("_outcome") + "; identity: " + fx.pop("_identity")
         t = clock()
@@ -140,11 +148,16 @@ def main() -> None:
         for k, v in split.items():
             rows.setdefault(f"per replicate: {k}", []).append(v)
         rows.setdefault("per replicate: floor (draw + ref + prod + oracle)", []).append(floor)
+        rows.setdefault("ns per output element: reduction", []).append(split["reduction"] / elements * 1e9)
+        rows.setdefault("ns per output element: one read of ref, prod, oracle", []).append(
+            split["read"] / elements * 1e9)
+        rows.setdefault("reduction / one read", []).append(split["reduction"] / split["read"])
         for k, v in fx.items():
             rows.setdefault(f"fixed: {k}", []).append(v)
         rows.setdefault(f"certify at R = {R}", []).append(total)
         rows.setdefault(f"floor x {R}", []).append(floor * R)
         ratios.append(total / (floor * R))
+        read_ratios.append(total / ((floor + split["read"]) * R))
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
           f"CPU seconds of this process, median of {args.repeats}; parts timed on {args.sample} replicates; "
           f"verdict {cert.verdict.value}; proof {outcome}")
@@ -155,6 +168,8 @@ def main() -> None:
         print(f"| {k} | {statistics.median(v):.4g} |")
     print(f"| **certify / (floor x R)** | **{statistics.median(ratios):.3f}** (repeats: "
           f"{', '.join(f'{r:.3f}' for r in ratios)}) |")
+    print(f"| **certify / ((floor + one read) x R)** | **{statistics.median(read_ratios):.3f}** (repeats: "
+          f"{', '.join(f'{r:.3f}' for r in read_ratios)}) |")
 
 
 if __name__ == "__main__":

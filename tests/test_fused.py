@@ -81,6 +81,53 @@ def test_every_format_decodes_exactly(ref_dtype, prod_dtype):
     assert bool(compiled.ulp_histogram.sum() == r.numel()) == layout.bitwise_comparable
 
 
+def _walk(segments, width, positions, inner_kept, r, p, o):
+    """The sums the compiled kernel must give, bit for bit: the segment table walked in numpy, one
+    segment at a time, in lanes added in order (fused.lanes_for), folded like FusedReducer.reduce."""
+    rows = 5 if o is not None else 3
+    acc_size = positions if inner_kept else positions * width
+    r64, p64 = r.double().reshape(-1).numpy(), p.double().reshape(-1).numpy()
+    o64 = o.reshape(-1).numpy() if o is not None else None
+    lanes = fused.lanes_for(len(segments), r.numel(), 8 * rows * acc_size)
+    bounds = [len(segments) * i // lanes for i in range(lanes + 1)]
+    total = None
+    for lane in range(lanes):
+        acc = np.zeros((rows, acc_size))
+        for e, a, n in segments[bounds[lane]:bounds[lane + 1]]:
+            x, y = r64[e:e + n], p64[e:e + n]
+            sign, d = np.sign(x), y - x
+            rows_of = [d, d * sign] + ([x - o64[e:e + n], (x - o64[e:e + n]) * sign] if o is not None else []) + [abs(x)]
+            for j, row in enumerate(rows_of):
+                acc[j, a:a + n] += row
+        total = acc if total is None else total + acc
+    return total if inner_kept else total.reshape(rows, positions, width).sum(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("shape, axes", [
+    ((64, 8, 512), (2,)),  # one window: groups of four segments
+    ((5, 3, 1300), (2,)),  # 15 rows of two segments (1024 + 276) whose windows alternate: one per group
+    ((7, 3000), (0,)),  # summed innermost group: a window per bucket, the last segment shorter (groups of 2, 1)
+    ((4, 1024, 640), (2,)),  # two lanes
+])
+@pytest.mark.parametrize("oracle", [True, False])
+def test_compiled_sums_are_the_segment_walk_bit_for_bit(shape, axes, dtype, oracle):
+    """The accumulators are defined by the order of the segment table (checkpoints and resumed runs
+    depend on it): the kernel's grouping of segments must not change a bit of them."""
+    r, p, o = _outputs(shape, dtype)
+    r.view(-1)[::5] = 0  # sign(0): the sign-aligned rows add zeros there
+    o = o if oracle else None
+    reducer = fused.FusedReducer()
+    sums, _, peaks, histogram = reducer.reduce(r, p, o, axes, None, None, True)
+    [((groups, width), (segments, _))] = reducer._tables.items()
+    positions = int(np.prod([size for size, kept in groups if kept]))
+    np.testing.assert_array_equal(sums, _walk(segments, width, positions, groups[-1][1], r, p, o))
+    np.testing.assert_array_equal(histogram, S.ulp_histogram(_bits(r), _bits(p)))
+    if oracle:
+        r64, p64 = r.double(), p.double()
+        assert peaks == (float((p64 - o).abs().max()), float((r64 - o).abs().max()), float(o.abs().max()))
+
+
 def _bits(x):
     return x.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]).numpy()
 
@@ -105,6 +152,20 @@ def test_ulp_bins_match_the_numpy_reference_at_every_distance(dtype):
     compiled = summarize(layout, r, p, r.double(), None)
     np.testing.assert_array_equal(compiled.ulp_histogram, S.ulp_histogram(_bits(r), _bits(p)))
     assert compiled.ulp_histogram[3:S.SATURATED_BIN + 1].sum() > 0
+
+
+def test_ulp_counters_flush_before_they_overflow():
+    """16384 groups of four 16-element segments on one window: each position counts 65536
+    distances of 0, more than its 16-bit counter holds, so the counts must be flushed on the way."""
+    r = torch.randn(1 << 16, 16, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    p = r.clone()
+    p.view(torch.int16)[::1000, 0] += 1  # one ULP apart (away from zero) in 66 rows of position 0
+    reducer = fused.FusedReducer()
+    _, _, _, histogram = reducer.reduce(r, p, None, (1,), None, None, True)
+    [(_, (segments, _))] = reducer._tables.items()
+    assert len(segments) == 1 << 16 and fused.lanes_for(len(segments), r.numel(), 8 * 3 * 16) == 1
+    np.testing.assert_array_equal(histogram, S.ulp_histogram(_bits(r), _bits(p)))
+    assert histogram[1] == 66 and histogram[0] == r.numel() - 66
 
 
 def test_numbers_do_not_depend_on_threads_or_lanes():

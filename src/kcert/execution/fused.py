@@ -3,14 +3,20 @@
 :mod:`kcert.execution.outputs` reduces an output with about a dozen eager torch passes per chunk.
 On the CPU those passes cost 7-10 ns per element, a quarter to a half of what evaluating ref, prod
 and the float64 oracle costs for light kernels such as RoPE or RMSNorm (docs/benchmarks.md). Here
-every element is read once, in cache-sized segments: decoded to float64 (bfloat16 by a bit shift,
-float16 through a 65536-entry table), differenced, added to its accumulator position's five sums,
-folded into the running maxima and, for L0, binned by its ULP distance: 3.2-4.5 ns per element (benchmarks/reduction.py).
+every element is read once from memory, in cache-sized segments: decoded to float64 in registers
+(bfloat16 by a bit shift into float32's bits, float16 in integer arithmetic), differenced, added to
+its accumulator position's five sums and folded into the running maxima; then, while the same
+segments are still in the L1 cache, L0 counts its ULP distance in integer arithmetic on the bit
+patterns (16-bit lanes for 16-bit formats), binning the few beyond 2 ULPs one by one. Up to
+:data:`GROUP` consecutive segments with one accumulator window are swept together, so each
+accumulator is loaded and stored once per group (docs/benchmarks.md has the figures).
 
 Determinism: the order of the additions is a segment table (:func:`segment_table`,
 :func:`label_runs`) fixed by the output's shape and buckets; the table is cut into ``lanes``
 (:func:`lanes_for`, a function of the shape and the accumulator size), each lane sums into its
-own accumulators and the lanes are added in order. The lanes may run on any number of threads
+own accumulators and the lanes are added in order. Grouping (:func:`group_segments`) keeps, at
+every accumulator position, the order of the table's additions: the sums are those of a walk
+through the table, bit for bit (``tests/test_fused.py`` checks them against one in numpy). The lanes may run on any number of threads
 (the kernel releases the GIL): the numbers never depend on the thread count, the batch size or the
 process. They differ from the torch path's by float64 round-off (sums) and not at all (extremes,
 ULP counts); the certificate names the path (``provenance.environment.reduction``).
@@ -40,7 +46,7 @@ except Exception:  # pragma: no cover - not installed, or broken (e.g. a local m
 
 NOT_APPLICABLE = "not applicable"
 NONFINITE = "non-finite"
-WIDTH = 1024  # elements per innermost segment: the kernel's scratch rows stay in the L1 cache
+WIDTH = 1024  # elements per innermost segment: a group's accumulator window stays in the L1/L2 caches
 LANE_MIN_ELEMENTS = 1 << 20  # a lane must amortize its own accumulators and their final addition
 MAX_LANES = 16
 LANE_MEMORY = 64 * 2**20  # bytes of the lanes' accumulators together, at most
@@ -49,160 +55,342 @@ MIN_RUN = 32  # label runs shorter than this on average: accumulate by position 
 ACC_MEMORY = 16 * 2**20  # bytes of one lane's accumulators for a summed innermost axis group
 _DISABLE_ENV = "KCERT_NO_FUSED"  # set to 1 to force the torch path (comparisons, debugging)
 
-_BITS = {torch.bfloat16: np.int16, torch.float16: np.int16, torch.float32: np.int32, torch.float64: np.int64}
-_VALUES = {torch.bfloat16: np.uint16, torch.float16: np.uint16, torch.float32: np.float32, torch.float64: np.float64}
-_TABLES: dict[torch.dtype, np.ndarray] = {}
-_NO_TABLE = np.zeros(1, np.float64)
+# How each format reaches the kernel: as the array type that selects its decoding and its bit
+# pattern (numba compiles one kernel per pair of types met).
+_VALUES = {torch.bfloat16: np.uint16, torch.float16: np.int16, torch.float32: np.float32, torch.float64: np.float64}
+GROUP = 4  # segments of one accumulator window swept together: its accumulators loaded and stored once
 
 
 def available() -> bool:
     return numba is not None and os.environ.get(_DISABLE_ENV, "") in ("", "0")
 
 
-BF16_SHIFT, TABLE, DIRECT = 0, 1, 2  # how the kernel decodes a side's values into float64
-
-
-def _mode(dtype: torch.dtype) -> int:
-    return {torch.bfloat16: BF16_SHIFT, torch.float16: TABLE}.get(dtype, DIRECT)
-
-
-def _table(dtype: torch.dtype) -> np.ndarray:
-    """float64 value of every float16 bit pattern (exact: each is a float64): numba has no float16
-    arithmetic on the CPU. bfloat16 needs none (its bits are float32's upper half)."""
-    if _mode(dtype) != TABLE:
-        return _NO_TABLE
-    table = _TABLES.get(dtype)
-    if table is None:
-        codes = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
-        values = codes.view(dtype).to(torch.float64).numpy()
-        table = _TABLES[dtype] = np.roll(values, -(2**15)).copy()  # index = unsigned bit pattern
-    return table
-
-
 if numba is not None:
+    from numba.extending import overload
 
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _decode(values, mode, table, out, u32, f32):
-        """out[:n] = float64 of values (n of them); bfloat16 by a shift into float32's bits."""
-        n = values.size
-        if mode == 0:
-            for t in range(n):
-                u32[t] = np.uint32(values[t]) << 16
-            for t in range(n):
-                out[t] = np.float64(f32[t])
-        elif mode == 1:
-            for t in range(n):
-                out[t] = table[np.int64(values[t])]
-        else:
-            for t in range(n):
-                out[t] = np.float64(values[t])
+    def _decode(value):
+        """float64 of one element, exactly (typed by :data:`_VALUES`)."""
 
-    # The loops below index slices from 0 (never ``x[offset + t]``: numba's negative-index
-    # wraparound then puts a branch in every access, which kept LLVM from vectorizing them) and
-    # write the sign and the maxima as selects; each compiles to SIMD code (checked with
-    # ``_lane.inspect_asm``: 14 ns per element before, 3.4 after, on the RMSNorm benchmark).
+    @overload(_decode)
+    def _decode_impl(value):
+        if value == numba.types.uint16:  # bfloat16: the upper half of a float32
+            return lambda value: np.float64(np.uint32(np.uint32(value) << np.uint32(16)).view(np.float32))
+        if value == numba.types.int16:  # float16, in integer arithmetic (vectorizes; numba has no float16)
+            def half(value):
+                u = np.uint64(np.uint16(value))
+                e = (u >> np.uint64(10)) & np.uint64(31)
+                m = u & np.uint64(1023)
+                sign = u >> np.uint64(15)
+                wide = np.uint64(2047) if e == np.uint64(31) else e + np.uint64(1008)
+                normal = np.uint64((sign << np.uint64(63)) | (wide << np.uint64(52)) | (m << np.uint64(42))).view(np.float64)
+                small = np.float64(m) * 2.0 ** -24  # zero and subnormals: m units of 2^-24
+                small = -small if sign else small
+                return small if e == np.uint64(0) else normal
+
+            return half
+        return lambda value: np.float64(value)
+
+    def _bits(value):
+        """The bit pattern of one element as a signed integer of its width (typed by :data:`_VALUES`)."""
+
+    @overload(_bits)
+    def _bits_impl(value):
+        if value == numba.types.uint16:
+            return lambda value: np.int16(value)
+        if value == numba.types.float32:
+            return lambda value: np.float32(value).view(np.int32)
+        if value == numba.types.float64:
+            return lambda value: np.float64(value).view(np.int64)
+        return lambda value: value
+
+    def _distance(ref_value, prod_value):
+        """Exact ULP distance of two finite values of one format."""
+
+    @overload(_distance)
+    def _distance_impl(ref_value, prod_value):
+        # The difference of totalOrder keys (stats/bitwise.ordered_keys), in the narrowest integers
+        # that hold it exactly: int32 for 16-bit formats, int64 for float32; for float64, int64
+        # keys of opposite sign whose difference overflows saturate.
+        if ref_value.bitwidth == 16:
+            def narrow(ref_value, prod_value):
+                kr = np.int32(_bits(ref_value))
+                kp = np.int32(_bits(prod_value))
+                kr ^= (kr >> np.int32(31)) & np.int32(0x7FFF)
+                kp ^= (kp >> np.int32(31)) & np.int32(0x7FFF)
+                return abs(kp - kr)
+
+            return narrow
+        if ref_value.bitwidth == 32:
+            def middle(ref_value, prod_value):
+                kr = np.int64(_bits(ref_value))
+                kp = np.int64(_bits(prod_value))
+                kr ^= (kr >> 63) & np.int64(0x7FFFFFFF)
+                kp ^= (kp >> 63) & np.int64(0x7FFFFFFF)
+                return abs(kp - kr)
+
+            return middle
+
+        def wide(ref_value, prod_value):
+            kr = np.int64(_bits(ref_value))
+            kp = np.int64(_bits(prod_value))
+            kr ^= (kr >> 63) & np.int64(0x7FFFFFFFFFFFFFFF)
+            kp ^= (kp >> 63) & np.int64(0x7FFFFFFFFFFFFFFF)
+            d = kp - kr
+            wrapped = ((kp ^ kr) < 0) & ((d ^ kp) < 0)
+            return np.iinfo(np.int64).max if wrapped else abs(d)
+
+        return wide
+
+    @numba.njit(cache=True)
+    def _sign_bit(x):
+        return np.float64(x).view(np.int64) & np.int64(-0x8000000000000000)
+
+    @numba.njit(cache=True)
+    def _flip(x, sign_bit):
+        """``x`` with its sign bit xor-ed with ``sign_bit``: ``x * sign(r)`` for r != 0, exactly."""
+        return np.int64(np.float64(x).view(np.int64) ^ sign_bit).view(np.float64)
+
+    # One element's contribution, in registers: the five rows of ``outputs._fill_rows`` added to
+    # A0..A4 and |prod - oracle|, |ref - oracle|, |oracle| folded into P0..P2 (selects, not max():
+    # they vectorize). The float64 arithmetic is that of the torch rows, operation for operation,
+    # except ``d * sign(ref)``, written as a sign flip and a zero where ref is zero: the same sums
+    # bit for bit (an accumulator starts at +0 and so is never -0, and adding a zero of either sign
+    # to it changes nothing; a non-finite d makes the raw row's sum non-finite in both), in fewer
+    # instructions than a sign and a product (7% of the sweep).
+    # (The ULP counts live in their own loop, _count4: in this one their integer lanes were four
+    # wide like the float64 ones and pushed the accumulators out of the registers; 1 ns per element.)
+    @numba.njit(cache=True)
+    def _element(rv, pv, o, A0, A1, A2, A3, A4, P0, P1, P2):
+        r = _decode(rv)
+        p = _decode(pv)
+        sign = _sign_bit(r)
+        d = p - r
+        ro = r - o
+        A0 += d
+        A1 += _flip(d, sign) if r != 0 else 0.0
+        A2 += ro
+        A3 += _flip(ro, sign) if r != 0 else 0.0
+        A4 += abs(r)
+        x = abs(p - o)
+        y = abs(r - o)
+        z = abs(o)
+        P0 = x if x > P0 else P0
+        P1 = y if y > P1 else P1
+        P2 = z if z > P2 else P2
+        return A0, A1, A2, A3, A4, P0, P1, P2
+
+    @numba.njit(cache=True)
+    def _element_no_oracle(rv, pv, A0, A1, A2):
+        r = _decode(rv)
+        p = _decode(pv)
+        d = p - r
+        A0 += d
+        A1 += _flip(d, _sign_bit(r)) if r != 0 else 0.0
+        A2 += abs(r)
+        return A0, A1, A2
+
+    # The sweeps index slices from 0 (``x[offset + t]`` puts numba's negative-index wraparound, a
+    # branch, in every access, which kept LLVM from vectorizing) and each compiles to SIMD code
+    # (checked with ``inspect_asm``). A sweep of four segments of one window adds, at every
+    # position, their elements in table order: the sums of four one-segment sweeps, with a quarter
+    # of the accumulator traffic. ref's and prod's values are also their bit patterns (no second
+    # view of them: with one, LLVM's run-time alias checks outgrew its limit and the four-segment
+    # sweep stayed scalar).
 
     @numba.njit(cache=True, nogil=True)
-    def _lane(segments, ref, ref_mode, ref_table, prod, prod_mode, prod_table, oracle, ref_bits, prod_bits,
-              compare, acc, peaks, histogram):
-        """Reduce the segments ``segments`` (rows: element offset, accumulator offset, length),
-        each a contiguous run of elements, in order.
+    def _sweep4(acc, a, pk, rv, pv, ov, e, n):
+        acc0, acc1, acc2 = acc[0, a:a + n], acc[1, a:a + n], acc[2, a:a + n]
+        acc3, acc4 = acc[3, a:a + n], acc[4, a:a + n]
+        pk0, pk1, pk2 = pk[0, :n], pk[1, :n], pk[2, :n]
+        r0, r1, r2, r3 = rv[e[0]:e[0] + n], rv[e[1]:e[1] + n], rv[e[2]:e[2] + n], rv[e[3]:e[3] + n]
+        p0, p1, p2, p3 = pv[e[0]:e[0] + n], pv[e[1]:e[1] + n], pv[e[2]:e[2] + n], pv[e[3]:e[3] + n]
+        o0, o1, o2, o3 = ov[e[0]:e[0] + n], ov[e[1]:e[1] + n], ov[e[2]:e[2] + n], ov[e[3]:e[3] + n]
+        for t in range(n):
+            A0, A1, A2, A3, A4, P0, P1, P2 = acc0[t], acc1[t], acc2[t], acc3[t], acc4[t], pk0[t], pk1[t], pk2[t]
+            A0, A1, A2, A3, A4, P0, P1, P2 = _element(
+                r0[t], p0[t], o0[t], A0, A1, A2, A3, A4, P0, P1, P2)
+            A0, A1, A2, A3, A4, P0, P1, P2 = _element(
+                r1[t], p1[t], o1[t], A0, A1, A2, A3, A4, P0, P1, P2)
+            A0, A1, A2, A3, A4, P0, P1, P2 = _element(
+                r2[t], p2[t], o2[t], A0, A1, A2, A3, A4, P0, P1, P2)
+            A0, A1, A2, A3, A4, P0, P1, P2 = _element(
+                r3[t], p3[t], o3[t], A0, A1, A2, A3, A4, P0, P1, P2)
+            acc0[t], acc1[t], acc2[t], acc3[t], acc4[t], pk0[t], pk1[t], pk2[t] = A0, A1, A2, A3, A4, P0, P1, P2
 
-        Element ``offset + t`` adds its rows to ``acc[:, acc_offset + t]`` and its |prod - oracle|,
-        |ref - oracle|, |oracle| to the running maxima ``peaks[:, t]``: elementwise updates, so the
-        loops vectorize and no sum runs through a register; the order of the additions is fixed
-        by the segment table, which depends on the output's shape and buckets alone."""
+    @numba.njit(cache=True, nogil=True)
+    def _sweep1(acc, a, pk, rv, pv, ov, e, n):
+        acc0, acc1, acc2 = acc[0, a:a + n], acc[1, a:a + n], acc[2, a:a + n]
+        acc3, acc4 = acc[3, a:a + n], acc[4, a:a + n]
+        pk0, pk1, pk2 = pk[0, :n], pk[1, :n], pk[2, :n]
+        r0, p0, o0 = rv[e:e + n], pv[e:e + n], ov[e:e + n]
+        for t in range(n):
+            A0, A1, A2, A3, A4, P0, P1, P2 = _element(
+                r0[t], p0[t], o0[t], acc0[t], acc1[t], acc2[t], acc3[t], acc4[t], pk0[t], pk1[t],
+                pk2[t])
+            acc0[t], acc1[t], acc2[t], acc3[t], acc4[t], pk0[t], pk1[t], pk2[t] = A0, A1, A2, A3, A4, P0, P1, P2
+
+    @numba.njit(cache=True, nogil=True)
+    def _sweep4_no_oracle(acc, a, rv, pv, e, n):
+        acc0, acc1, acc2 = acc[0, a:a + n], acc[1, a:a + n], acc[2, a:a + n]
+        r0, r1, r2, r3 = rv[e[0]:e[0] + n], rv[e[1]:e[1] + n], rv[e[2]:e[2] + n], rv[e[3]:e[3] + n]
+        p0, p1, p2, p3 = pv[e[0]:e[0] + n], pv[e[1]:e[1] + n], pv[e[2]:e[2] + n], pv[e[3]:e[3] + n]
+        for t in range(n):
+            A0, A1, A2 = acc0[t], acc1[t], acc2[t]
+            A0, A1, A2 = _element_no_oracle(r0[t], p0[t], A0, A1, A2)
+            A0, A1, A2 = _element_no_oracle(r1[t], p1[t], A0, A1, A2)
+            A0, A1, A2 = _element_no_oracle(r2[t], p2[t], A0, A1, A2)
+            A0, A1, A2 = _element_no_oracle(r3[t], p3[t], A0, A1, A2)
+            acc0[t], acc1[t], acc2[t] = A0, A1, A2
+
+    @numba.njit(cache=True, nogil=True)
+    def _sweep1_no_oracle(acc, a, rv, pv, e, n):
+        acc0, acc1, acc2 = acc[0, a:a + n], acc[1, a:a + n], acc[2, a:a + n]
+        r0, p0 = rv[e:e + n], pv[e:e + n]
+        for t in range(n):
+            A0, A1, A2 = _element_no_oracle(r0[t], p0[t], acc0[t], acc1[t], acc2[t])
+            acc0[t], acc1[t], acc2[t] = A0, A1, A2
+
+
+    def _near(ref_value, prod_value):
+        """min(ULP distance, 3) of two finite values of one format."""
+
+    @overload(_near)
+    def _near_impl(ref_value, prod_value):
+        if ref_value.bitwidth == 16:
+            # 16-bit keys differ by less than 2^16 and, for finite values, their difference taken
+            # modulo 2^16 is small only when the true one is (the largest finite keys' difference,
+            # 65279 for bfloat16 and 63487 for float16, wraps to 257 and 2049): 16-bit lanes
+            # suffice. Non-finite values never reach the counts: they make a sum non-finite and
+            # the masked path redoes the replicate.
+            def narrow(ref_value, prod_value):
+                r = np.int16(ref_value)
+                p = np.int16(prod_value)
+                kr = np.int16(r ^ ((r >> np.int16(15)) & np.int16(0x7FFF)))
+                kp = np.int16(p ^ ((p >> np.int16(15)) & np.int16(0x7FFF)))
+                w = np.int16(kp - kr)
+                a = np.uint16(w if w >= 0 else -w)
+                return a if a < np.uint16(3) else np.uint16(3)
+
+            return narrow
+
+        def exact(ref_value, prod_value):
+            d = _distance(ref_value, prod_value)
+            return np.uint16(d if d < 3 else 3)
+
+        return exact
+
+    @numba.njit(cache=True, nogil=True)
+    def _flush(c):
+        """The sum of the counters ``c``, which are reset to zero."""
+        total = 0
+        for t in range(c.size):
+            total += np.int64(c[t])
+            c[t] = 0
+        return total
+
+    @numba.njit(cache=True, nogil=True)
+    def _count4(rv, pv, e, n, c0, c1):
+        """L0 of four segments: per-position counts of distances 0 and 1; returns the largest min(d, 3)."""
+        r0, r1, r2, r3 = rv[e[0]:e[0] + n], rv[e[1]:e[1] + n], rv[e[2]:e[2] + n], rv[e[3]:e[3] + n]
+        p0, p1, p2, p3 = pv[e[0]:e[0] + n], pv[e[1]:e[1] + n], pv[e[2]:e[2] + n], pv[e[3]:e[3] + n]
+        z0 = c0[:n]
+        z1 = c1[:n]
+        top = np.uint16(0)
+        for t in range(n):
+            m0 = _near(r0[t], p0[t])
+            m1 = _near(r1[t], p1[t])
+            m2 = _near(r2[t], p2[t])
+            m3 = _near(r3[t], p3[t])
+            z0[t] += np.uint16((m0 == 0) + (m1 == 0) + (m2 == 0) + (m3 == 0))
+            z1[t] += np.uint16((m0 == 1) + (m1 == 1) + (m2 == 1) + (m3 == 1))
+            m = max(max(m0, m1), max(m2, m3))
+            top = m if m > top else top
+        return top
+
+    @numba.njit(cache=True, nogil=True)
+    def _count1(rv, pv, e, n, c0, c1):
+        """L0 of one segment, as :func:`_count4`."""
+        r0, p0 = rv[e:e + n], pv[e:e + n]
+        z0 = c0[:n]
+        z1 = c1[:n]
+        top = np.uint16(0)
+        for t in range(n):
+            m = _near(r0[t], p0[t])
+            z0[t] += np.uint16(m == 0)
+            z1[t] += np.uint16(m == 1)
+            top = m if m > top else top
+        return top
+
+    @numba.njit(cache=True, nogil=True)
+    def _far(rv, pv, histogram):
+        """Bin the distances beyond 2 of one segment: k = 2 + the binary exponent of d - 1, read
+        off its float64 (exact below 2^53; beyond, the bins saturate anyway); returns how many."""
+        far = 0
+        for t in range(rv.size):
+            d = np.int64(_distance(rv[t], pv[t]))
+            if d > 2:
+                k = (np.float64(d - 1).view(np.int64) >> 52) - 1021
+                histogram[SATURATED_BIN if k > SATURATED_BIN else k] += 1
+                far += 1
+        return far
+
+    @numba.njit(cache=True, nogil=True)
+    def _lane(groups, rv, pv, ov, compare, acc, peaks, histogram):
+        """Reduce one lane's groups (:func:`group_segments`: accumulator offset, length, k, then k
+        element offsets), in order. Element ``offset + t`` of a group adds its rows to
+        ``acc[:, acc_offset + t]`` and its |prod - oracle|, |ref - oracle|, |oracle| to the running
+        maxima ``peaks[:, t]``; an empty ``ov`` means no oracle (three rows). When ``compare`` (ref
+        and prod of one format), L0 counts distances 0 and 1 per position in 16-bit counters
+        (flushed before they could overflow), bins those beyond 2 one by one and takes the count
+        of 2 as the rest."""
+        has_oracle = ov.size == rv.size
         width = peaks.shape[1]
-        has_oracle = oracle.size == ref.size
-        r64 = np.empty(width)
-        p64 = np.empty(width)
-        u32 = np.empty(width, np.uint32)
-        f32 = u32.view(np.float32)
-        distances = np.empty(width, np.int64)
-        below = np.empty(1, np.float64)  # float64(d - 1) is exact below 2^53; beyond, d saturates anyway
-        exponent = below.view(np.int64)
-        magnitude = (np.int64(1) << (8 * ref_bits.itemsize - 1)) - 1
-        big = np.iinfo(np.int64).max
+        c0 = np.zeros(width, np.uint16)
+        c1 = np.zeros(width, np.uint16)
+        elements = 0
+        far = 0
         h0 = 0
         h1 = 0
-        h2 = 0
-        for i in range(segments.shape[0]):
-            e = segments[i, 0]
-            a = segments[i, 1]
-            n = segments[i, 2]
-            _decode(ref[e:e + n], ref_mode, ref_table, r64, u32, f32)
-            _decode(prod[e:e + n], prod_mode, prod_table, p64, u32, f32)
-            acc0 = acc[0, a:a + n]
-            acc1 = acc[1, a:a + n]
-            acc2 = acc[2, a:a + n]
-            if has_oracle:
-                acc3 = acc[3, a:a + n]
-                acc4 = acc[4, a:a + n]
-                o64 = oracle[e:e + n]
-                for t in range(n):
-                    r = r64[t]
-                    o = o64[t]
-                    s = 1.0 if r > 0 else 0.0
-                    s = -1.0 if r < 0 else s
-                    d = p64[t] - r
-                    ro = r - o
-                    acc0[t] += d
-                    acc1[t] += d * s
-                    acc2[t] += ro
-                    acc3[t] += ro * s
-                    acc4[t] += abs(r)
-                peak0 = peaks[0]
-                peak1 = peaks[1]
-                peak2 = peaks[2]
-                for t in range(n):
-                    o = o64[t]
-                    x = abs(p64[t] - o)
-                    y = abs(r64[t] - o)
-                    z = abs(o)
-                    c0 = peak0[t]
-                    c1 = peak1[t]
-                    c2 = peak2[t]
-                    peak0[t] = x if x > c0 else c0
-                    peak1[t] = y if y > c1 else c1
-                    peak2[t] = z if z > c2 else c2
+        since_flush = 0
+        for i in range(groups.shape[0]):
+            a = groups[i, 0]
+            n = groups[i, 1]
+            k = groups[i, 2]
+            elements += k * n
+            top = np.uint16(0)
+            if k == GROUP:
+                e = groups[i, 3:3 + GROUP]
+                if has_oracle:
+                    _sweep4(acc, a, peaks, rv, pv, ov, e, n)
+                else:
+                    _sweep4_no_oracle(acc, a, rv, pv, e, n)
+                if compare:
+                    top = _count4(rv, pv, e, n, c0, c1)
             else:
-                for t in range(n):
-                    r = r64[t]
-                    s = 1.0 if r > 0 else 0.0
-                    s = -1.0 if r < 0 else s
-                    d = p64[t] - r
-                    acc0[t] += d
-                    acc1[t] += d * s
-                    acc2[t] += abs(r)
-            if compare:
-                rb = ref_bits[e:e + n]
-                pb = prod_bits[e:e + n]
-                far = 0
-                for t in range(n):  # ULP distances in totalOrder keys, and counts of 0, 1, 2
-                    kr = np.int64(rb[t])
-                    kp = np.int64(pb[t])
-                    kr ^= (kr >> 63) & magnitude
-                    kp ^= (kp >> 63) & magnitude
-                    dist = kp - kr
-                    wrapped = ((kp ^ kr) < 0) & ((dist ^ kp) < 0)  # int64 keys of opposite sign
-                    dist = big if wrapped else abs(dist)
-                    distances[t] = dist
-                    h0 += dist == 0
-                    h1 += dist == 1
-                    h2 += dist == 2
-                    far += dist > 2
-                if far:  # the rest, few: bin k = 2 + the binary exponent of d - 1 (read off its float64)
-                    for t in range(n):
-                        d = distances[t]
-                        if d > 2:
-                            below[0] = np.float64(d - 1)
-                            k = (exponent[0] >> 52) - 1021
-                            histogram[SATURATED_BIN if k > SATURATED_BIN else k] += 1
-        histogram[0] += h0
-        histogram[1] += h1
-        histogram[2] += h2
-
-
+                for j in range(k):
+                    e1 = groups[i, 3 + j]
+                    if has_oracle:
+                        _sweep1(acc, a, peaks, rv, pv, ov, e1, n)
+                    else:
+                        _sweep1_no_oracle(acc, a, rv, pv, e1, n)
+                    if compare:
+                        m = _count1(rv, pv, e1, n, c0, c1)
+                        top = m if m > top else top
+            if top > 2:  # the few distances beyond 2 ULPs, binned one by one
+                for j in range(k):
+                    e1 = groups[i, 3 + j]
+                    far += _far(rv[e1:e1 + n], pv[e1:e1 + n], histogram)
+            since_flush += 1
+            if since_flush == 65535 // GROUP:  # before a uint16 counter could overflow
+                h0 += _flush(c0)
+                h1 += _flush(c1)
+                since_flush = 0
+        if compare:
+            h0 += _flush(c0)
+            h1 += _flush(c1)
+            histogram[0] += h0
+            histogram[1] += h1
+            histogram[2] += elements - h0 - h1 - far
     @numba.njit(cache=True, nogil=True)
     def _scatter(acc, labels, g):
         """Per row, the sums of ``acc`` over the positions of each label (negative: dropped), in
@@ -305,6 +493,29 @@ def lanes_for(segments: int, numel: int, acc_bytes: int) -> int:
     return int(max(1, min(MAX_LANES, by_size, by_memory, segments)))
 
 
+def group_segments(segments: np.ndarray, bounds: list[int], size: int = GROUP) -> tuple[np.ndarray, list[int]]:
+    """The segments of each lane (``segments[bounds[i]:bounds[i + 1]]``) as groups of up to
+    ``size`` consecutive segments with one accumulator window (offset and length): rows
+    (accumulator offset, length, k, then the k element offsets, padded with -1), and the lanes'
+    bounds in those rows. Only consecutive segments are grouped, so every accumulator position
+    receives its elements in table order: the sums of a walk through the table, bit for bit."""
+    m = len(segments)
+    lane = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    window = segments[:, 1:]
+    new_run = np.ones(m, bool)
+    new_run[1:] = (window[1:] != window[:-1]).any(axis=1) | (lane[1:] != lane[:-1])
+    position = np.arange(m)
+    rank = position - np.maximum.accumulate(np.where(new_run, position, 0))
+    starts = new_run | (rank % size == 0)
+    group = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)
+    table = np.full((len(first), 3 + size), -1, np.int64)
+    table[:, :2] = window[first]
+    table[:, 2] = np.bincount(group, minlength=len(first))
+    table[group, 3 + position - first[group]] = segments[:, 0]
+    return table, np.searchsorted(first, bounds).tolist()
+
+
 _SAME_WIDTH_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -339,19 +550,20 @@ class FusedReducer:
         for _ in self._pool.map(fn, items):
             pass
 
-    def _segments(self, groups: list[tuple[int, bool]], width: int) -> np.ndarray:
+    def _segments(self, groups: list[tuple[int, bool]], width: int) -> tuple[np.ndarray, dict]:
+        """The segment table of a layout, and its groupings by lane bounds (:func:`group_segments`)."""
         key = (tuple(groups), width)
-        table = self._tables.get(key)
-        if table is None:
-            table = self._tables[key] = segment_table(groups, width)
-        return table
+        entry = self._tables.get(key)
+        if entry is None:
+            entry = self._tables[key] = (segment_table(groups, width), {})
+        return entry
 
     def _label_segments(self, groups, width: int, segments: np.ndarray, labels: np.ndarray, g: int,
-                        numel: int) -> np.ndarray | None:
+                        numel: int) -> tuple[np.ndarray, dict] | None:
         """The segments split into label runs (:func:`label_runs`) when they average at least
-        :data:`MIN_RUN` elements, else None. Labels usually repeat from one replicate to the next
-        (RoPE's) or never make runs (per-element labels): the last labels of a layout and their
-        table are kept, so each costs one comparison."""
+        :data:`MIN_RUN` elements, with their groupings, else None. Labels usually repeat from one
+        replicate to the next (RoPE's) or never make runs (per-element labels): the last labels of
+        a layout and their table are kept, so each costs one comparison."""
         key = (tuple(groups), width, g)
         cached = self._runs.get(key)
         if cached is not None and np.array_equal(cached[0], labels):
@@ -359,7 +571,7 @@ class FusedReducer:
         if cached is not None and cached[1] is None and cached[2] >= 3:
             return None  # three different label sets without runs: stop looking
         runs = label_runs(segments, labels, g)
-        useful = runs if len(runs) * MIN_RUN <= numel else None
+        useful = (runs, {}) if len(runs) * MIN_RUN <= numel else None
         misses = cached[2] + 1 if cached is not None and useful is None else 0
         self._runs[key] = (labels.copy(), useful, misses)
         return useful
@@ -371,8 +583,8 @@ class FusedReducer:
         rows of ``outputs._fill_rows`` (5 with an oracle, else 3); ``NONFINITE`` when a value is
         inf or nan (the caller's masked path handles it); ``NOT_APPLICABLE`` when this path
         cannot run (see the module docstring)."""
-        if not available() or ref_out.device.type != "cpu" or ref_out.dtype not in _BITS \
-                or prod_out.dtype not in _BITS or ref_out.numel() == 0:
+        if not available() or ref_out.device.type != "cpu" or ref_out.dtype not in _VALUES \
+                or prod_out.dtype not in _VALUES or ref_out.numel() == 0:
             return NOT_APPLICABLE
         shape = tuple(ref_out.shape)
         numel = ref_out.numel()
@@ -390,7 +602,7 @@ class FusedReducer:
         acc_size = positions if inner_kept else positions * width
         if 8 * rows * acc_size > ACC_MEMORY and acc_size > numel:
             return NOT_APPLICABLE  # more accumulators than elements: the torch path scatters instead
-        segments = self._segments(groups, width)
+        segments, groupings = self._segments(groups, width)
         if len(segments) > MANY_SEGMENTS and numel < MIN_SEGMENT * len(segments):
             return NOT_APPLICABLE  # short innermost runs (e.g. (N, 2) bucketed by the last axis): torch is faster
         by_runs = False
@@ -399,24 +611,24 @@ class FusedReducer:
             g = max(int(flat.max()) + 1, label_count or 0)
             runs = self._label_segments(groups, width, segments, flat, g, numel) if inner_kept else None
             if runs is not None:  # accumulate in label space; [g, g + width) takes the excluded elements
-                segments, acc_size, by_runs = runs, g + width, True
+                (segments, groupings), acc_size, by_runs = runs, g + width, True
         lanes = lanes_for(len(segments), numel, 8 * rows * acc_size)
         acc = np.zeros((lanes, rows, acc_size))
         peaks = np.zeros((lanes, 3, width))
         histogram = np.zeros((lanes, N_BINS), np.int64)
         ref = _as_array(ref_out, _VALUES[ref_out.dtype])
         prod = _as_array(prod_out, _VALUES[prod_out.dtype])
-        no_bits = np.zeros(1, np.int64)
-        ref_bits = _as_array(ref_out, _BITS[ref_out.dtype]) if compare else no_bits
-        prod_bits = _as_array(prod_out, _BITS[prod_out.dtype]) if compare else no_bits
         oracle = (oracle_out.to(torch.float64).contiguous().reshape(-1).numpy() if oracle_out is not None
                   else np.zeros(0, np.float64))
-        args = (ref, _mode(ref_out.dtype), _table(ref_out.dtype), prod, _mode(prod_out.dtype), _table(prod_out.dtype),
-                oracle, ref_bits, prod_bits, bool(compare))
         bounds = [len(segments) * i // lanes for i in range(lanes + 1)]
+        grouping = groupings.get(tuple(bounds))
+        if grouping is None:
+            grouping = groupings[tuple(bounds)] = group_segments(segments, bounds)
+        table, group_bounds = grouping
 
         def run(i):
-            _lane(segments[bounds[i]:bounds[i + 1]], *args, acc[i], peaks[i], histogram[i])
+            _lane(table[group_bounds[i]:group_bounds[i + 1]], ref, prod, oracle, bool(compare), acc[i], peaks[i],
+                  histogram[i])
 
         self._map(run, list(range(lanes)))
         total = acc[0]
@@ -431,7 +643,7 @@ class FusedReducer:
             return NONFINITE
         if labels is None:
             g = positions
-            counts = np.full((2, g), numel / g)
+            counts = np.broadcast_to(np.float64(numel / g), (2, g))
         else:
             total = total[:, :g] if by_runs else _scatter(total, flat, g)
             counts = np.bincount(flat[flat >= 0], minlength=g).astype(np.float64) * (numel // flat.size)

@@ -186,7 +186,7 @@ def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tenso
         if compiled is not fused.NOT_APPLICABLE:
             sums, counts, peaks, histogram = compiled
             e_prod, e_ref, peak = peaks if peaks is not None else (float("nan"),) * 3
-            return _finish(_all_rows(torch.from_numpy(sums)), counts, e_prod, e_ref, peak, 0, 0, histogram)
+            return _finish(_all_rows(sums), counts, e_prod, e_ref, peak, 0, 0, histogram)
         if path == "compiled":
             raise ParameterError("path='compiled': the compiled reduction does not apply here (numba missing, "
                                  "an accelerator tensor, or an unsupported layout)")
@@ -277,18 +277,20 @@ def _fill_rows(w: torch.Tensor, r: torch.Tensor, p: torch.Tensor, o: torch.Tenso
     return [torch.aminmax(sign), torch.aminmax(w[2]), torch.aminmax(o)]
 
 
-def _all_rows(sums: torch.Tensor) -> torch.Tensor:
-    """The :data:`ROWS` from the bucket sums of the computed rows (see :func:`_fill_rows`): the
-    sums of prod - oracle are those of (prod - ref) + (ref - oracle), equal to float64 round-off."""
+def _all_rows(sums):
+    """The :data:`ROWS` from the bucket sums of the computed rows (see :func:`_fill_rows`), a numpy
+    array or a tensor like ``sums``: the sums of prod - oracle are those of (prod - ref) + (ref -
+    oracle), equal to float64 round-off."""
+    xp = np if isinstance(sums, np.ndarray) else torch  # the compiled path's sums stay in numpy
     if sums.shape[0] == 3:
         d, signed, magnitude = sums
-        zero = torch.zeros_like(d)
+        zero = xp.zeros_like(d)
         rows = {"raw": d, "sign_aligned": signed, "magnitude": magnitude} | {row: zero for row in ORACLE_ROWS}
     else:
         d, signed, ref_d, ref_signed, magnitude = sums
         rows = {"raw": d, "sign_aligned": signed, "prod_raw": d + ref_d, "prod_sign_aligned": signed + ref_signed,
                 "ref_raw": ref_d, "ref_sign_aligned": ref_signed, "magnitude": magnitude}
-    return torch.stack([rows[row] for row in ROWS])
+    return xp.stack([rows[row] for row in ROWS])
 
 
 def _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, ws: Workspace) -> ReplicateSummary | None:
@@ -357,15 +359,19 @@ def _numpy(x) -> np.ndarray:
     return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
+# Which row of a path's counts (elements where prod and ref are finite, or the oracle too) divides each row.
+_COUNT_OF_ROW = np.array([1 if row in ORACLE_ROWS else 0 for row in ROWS])
+
+
 def _finish(sums, counts, e_prod, e_ref, peak, nonfinite_prod, nonfinite_ref, histogram):
     sums = _numpy(sums)
     counts = _numpy(counts)
     with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.empty_like(sums)
-        for i, row in enumerate(ROWS):  # counts[1]: elements where the oracle is finite too
-            means[i] = sums[i] / counts[1 if row in ORACLE_ROWS else 0]
+        means = sums / counts[_COUNT_OF_ROW]
+    if not np.isfinite(means).all():  # an empty bucket (0 / 0) or a non-finite sum
+        means = np.nan_to_num(means)
     return ReplicateSummary(
-        sums=np.nan_to_num(means),
+        sums=means,
         present=counts[0] > 0,
         oracle_present=counts[1] > 0,
         e_prod=e_prod,
