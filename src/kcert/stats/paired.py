@@ -30,7 +30,7 @@ algorithm), ``d``'s tail is as heavy as prod's and the paired bound is no tighte
 zero: for ``eps = 0.1``, shapes up to 1 and ``T zeta >= 10``, ``rho <= 1.124``; shapes up to 2 would
 give 1.237.
 
-This module imports numpy only (never torch).
+This module imports numpy and scipy only (never torch).
 """
 
 from __future__ import annotations
