@@ -325,7 +325,7 @@ def test_case_names_with_odd_characters_get_distinct_checkpoint_files_in_the_fol
     assert len(files) == len(ODD_NAMES), files
     assert all(f.startswith("run.") and f.endswith(".npz") and "/" not in f for f in files)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.py", "ck"]  # nothing escaped the folder
-    from kcert.commands.certify import safe_name
+    from kcert.commands.output import safe_name
     assert safe_name("llama_rmsnorm") == "llama_rmsnorm" and safe_name("llama/rmsnorm").startswith("llama_rmsnorm-")
     # resuming finds each case's own file again
     code, _, err = run(["certify", path, "-R", "4", "--no-algebra-proof", "--checkpoint", str(folder / "run.npz"),

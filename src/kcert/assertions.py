@@ -22,15 +22,12 @@ from typing import TYPE_CHECKING
 
 from .errors import ParameterError
 from .reproduce import certify_call, command_line
+from .settings import DEFAULTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from .case import Case
     from .certificate import Certificate
     from .stats.thresholds import BiasThresholds, VarianceThresholds
-
-_BUILTIN_SEED = 0
-_BUILTIN_REPLICATES = 1024
-
 
 class NotCertified(AssertionError):
     """A certificate was FAIL (or WARN, unless allowed): the failure :func:`kcert.assert_certified` raises.
@@ -308,16 +305,16 @@ def assert_certified(
     """
     __tracebackhide__ = True  # pytest: the traceback ends at the test's call, not in here
     from .case import Case
-    from .certification import DEFAULT_HORIZON, certify
+    from .certification import certify
     from .report.text import failure_message
     from .verdict import Verdict
 
     if not isinstance(case, Case):
         raise ParameterError(f"case must be a kcert.Case, got {type(case).__name__}")
     settings = current_settings()
-    seed = next(v for v in (seed, settings.seed, _BUILTIN_SEED) if v is not None)
-    replicates = next(v for v in (replicates, settings.replicates, _BUILTIN_REPLICATES) if v is not None)
-    horizon = next(v for v in (horizon, settings.horizon, DEFAULT_HORIZON) if v is not None)
+    seed = next(v for v in (seed, settings.seed, DEFAULTS["seed"]) if v is not None)
+    replicates = next(v for v in (replicates, settings.replicates, DEFAULTS["replicates"]) if v is not None)
+    horizon = next(v for v in (horizon, settings.horizon, DEFAULTS["horizon"]) if v is not None)
     folder = report_dir if report_dir is not None else settings.report_dir
     html = settings.html if html is None else _check_flag("html", html)
     _check_flag("allow_warn", allow_warn)
@@ -337,8 +334,9 @@ def assert_certified(
               if v is not None}
     command = reproduce_command(case, source, replicates=replicates, horizon=horizon, seed=seed,
                                 max_replicates=max_replicates, device=str(device), extras=extras)
-    cert = certify(case, replicates, horizon, seed, max_replicates=max_replicates, device=device, command=command,
-                   bias_thresholds=bias_thresholds, variance_thresholds=variance_thresholds)
+    cert = certify(case, replicates=replicates, horizon=horizon, seed=seed, max_replicates=max_replicates,
+                   device=device, command=command, bias_thresholds=bias_thresholds,
+                   variance_thresholds=variance_thresholds)
     reports = write_reports(cert, folder, html, settings.written) if folder is not None else ()
     if _TESTS:
         _TESTS[-1].certificates.append(cert)

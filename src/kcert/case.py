@@ -734,3 +734,13 @@ class Case:
             "training_dtype": self.training_format,
             "description": self.description,
         }
+
+
+def check_probe_sizes(case: Case) -> None:
+    """A drawn probe with no elements leaves the kernels nothing to compute (and crashes deep inside)."""
+    for group in ("inputs", "weights"):
+        for name, probe in getattr(case, group).items():
+            shape = getattr(probe, "shape", None)
+            if isinstance(probe, (Gaussian, Uniform, Integers)) and 0 in tuple(shape):
+                raise CaseError(f"case {case.name!r}: {group}[{name!r}] is {type(probe).__name__} of shape "
+                                f"{tuple(shape)}, which has no elements; give every size >= 1")

@@ -69,3 +69,10 @@ def ulp_floor(name: str, value) -> float:
     if not (math.isfinite(number) and number >= 0):
         raise ParameterError(f"{name} must be a finite number >= 0, got {value!r}")
     return number
+
+
+def byte_count(name: str, value) -> int | None:
+    """A number of bytes: an integer >= 1, or None (the default)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ParameterError(f"{name} must be an integer number of bytes >= 1 or None, got {value!r}")
+    return value

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from . import assertions
+from .settings import DEFAULTS
 
 _SETTINGS = pytest.StashKey[assertions.Settings]()
 _TEST = pytest.StashKey[assertions.RunningTest]()
@@ -30,11 +31,13 @@ _MARKER = "kcert: a kernel certification test (select with -m kcert; see kcert.a
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kcert", "kernel certification (kcert.assert_certified defaults)")
-    group.addoption("--kcert-seed", metavar="S", help="seed of assert_certified calls that set none (default 0)")
+    group.addoption("--kcert-seed", metavar="S",
+                    help=f"seed of assert_certified calls that set none (default {DEFAULTS['seed']})")
     group.addoption("--kcert-replicates", metavar="R",
-                    help="replicates of assert_certified calls that set none (default 1024)")
+                    help=f"replicates of assert_certified calls that set none (default {DEFAULTS['replicates']})")
     group.addoption("--kcert-horizon", metavar="T",
-                    help="horizon in kernel calls of assert_certified calls that set none (default 6.25e5)")
+                    help=f"horizon in kernel calls of assert_certified calls that set none (default "
+                         f"{DEFAULTS['horizon']:g})")
     group.addoption("--kcert-report-dir", metavar="DIR",
                     help="write each certificate's JSON report to DIR/<case>.json (created if missing)")
     group.addoption("--kcert-html", action="store_true", default=None,

@@ -27,9 +27,12 @@ from ..case import Case
 from ..errors import KcertError
 from ..execution import probes
 from ..execution.runner import as_outputs
+from ..report.text import gate_sentences
+from ..settings import Settings
 from ..verdict import Verdict
 from .fakes import build_fakes
 from .results import AdequacyResult, FakeResult
+from .short import short_run
 
 REPLICATES = 64  # the short run of a fake the algebra gate does not FAIL (one accumulation block)
 ALGEBRA_POINTS = 2  # probe draws of a fake's algebra gate (and as many wide draws)
@@ -41,15 +44,11 @@ def _short(text: str) -> str:
     return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
 
 
-def run_adequacy(case: Case, weights: probes.Draw, seed: int, device: torch.device, horizon: float,
-                 bias_thresholds, variance_thresholds, probe: str | None = None) -> AdequacyResult:
-    """Run every fake of ``case`` through the certification (``weights``: the run's weights)."""
-    from ..certification import certify
-    from ..execution.algebra import evaluate_algebra
-    from ..gates.algebra import judge_algebra
-    from ..report.text import gate_sentences
-
+def run_adequacy(case: Case, weights: probes.Draw, settings: Settings, probe: str | None = None) -> AdequacyResult:
+    """Run every fake of ``case`` through the certification (``weights``: the run's weights; ``settings``:
+    its checked settings)."""
     started = time.perf_counter()
+    seed, device = settings.seed, settings.device
     probe = probe or case.name
     draw = probes.draw_inputs(case, seed, 0, device)
     with torch.no_grad():
@@ -64,16 +63,12 @@ def run_adequacy(case: Case, weights: probes.Draw, seed: int, device: torch.devi
         fake_case = replace(case, name=f"{case.name} / fake {fake.name}", prod=fake.kernel, prod_math=None,
                             prod_precisions=None, independent_leading_axis=False, shapes=None)
         try:
-            evidence = evaluate_algebra(fake_case, weights, seed, device, ALGEBRA_POINTS, ALGEBRA_POINTS, proof=False)
-            algebra = judge_algebra(evidence)
-            if algebra.verdict is Verdict.FAIL:
+            run = short_run(fake_case, settings, REPLICATES, ALGEBRA_POINTS, weights)
+            if run.failed_algebra:
                 results.append(FakeResult(fake.name, fake.description, True, "FAIL", (("algebra", "FAIL"),),
-                                          _short(algebra.reason), rejected_by=(probe,)))
+                                          _short(run.algebra.reason), rejected_by=(probe,)))
                 continue
-            cert = certify(fake_case, REPLICATES, horizon, seed, max_replicates=REPLICATES, device=device,
-                           bias_thresholds=bias_thresholds, variance_thresholds=variance_thresholds,
-                           algebra_points=ALGEBRA_POINTS, algebra_proof=False, adequacy=False, peer_rules=False,
-                           shapes=False)
+            cert = run.certificate
         except KcertError as exc:
             results.append(FakeResult(fake.name, fake.description, False,
                                       reason=_short(f"the fake could not run on this case: {exc}")))

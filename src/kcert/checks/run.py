@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ..case import Case
 from ..certificate import Certificate
-
-if TYPE_CHECKING:
-    from ..certification import Settings
+from ..settings import Settings
 
 
 def attach(cert: Certificate, case: Case, weights, settings: Settings, measure=None) -> Certificate:
@@ -31,12 +28,10 @@ def attach(cert: Certificate, case: Case, weights, settings: Settings, measure=N
 
         swept = replace(case, shapes=True) if s.shapes is True and case.shapes is None else case
         with measure("shape_sweep"):
-            found["shape_sweep"] = run_sweep(swept, s.seed, s.device, s.horizon, s.bias_thresholds,
-                                             s.variance_thresholds, s.accept_untested_algebra)
+            found["shape_sweep"] = run_sweep(swept, s)
     if s.adequacy:
         from .adequacy import run_adequacy
 
         with measure("adequacy"):
-            found["adequacy"] = run_adequacy(case, weights, s.seed, s.device, s.horizon, s.bias_thresholds,
-                                             s.variance_thresholds)
+            found["adequacy"] = run_adequacy(case, weights, s)
     return replace(cert, **found) if found else cert

@@ -19,9 +19,12 @@ from ..case import Case
 from ..errors import KcertError
 from ..execution import probes
 from ..execution.frames import kernel_frame
+from ..report.text import gate_sentences
+from ..settings import Settings
 from ..verdict import Verdict
 from .results import ShapeResult, ShapeSweepResult
 from .shapes import variants
+from .short import confirm, short_run
 
 REPLICATES = 64
 CONFIRM = 256  # replicates of the run that must confirm a FAIL of the short run
@@ -53,18 +56,13 @@ def _trial(case: Case, seed: int, device) -> tuple[str, str]:
     return "", ""
 
 
-def run_sweep(case: Case, seed: int, device: torch.device, horizon: float, bias_thresholds, variance_thresholds,
-              accept_untested_algebra: bool = False) -> ShapeSweepResult | None:
-    """The sweep of ``case`` (None when it declares none)."""
-    from ..certification import certify
-    from ..execution.algebra import evaluate_algebra
-    from ..gates.algebra import judge_algebra
-    from ..report.text import gate_sentences
-
+def run_sweep(case: Case, settings: Settings) -> ShapeSweepResult | None:
+    """The sweep of ``case`` (None when it declares none) under the certification's checked ``settings``."""
     found = variants(case)
     if not found:
         return None
     started = time.perf_counter()
+    seed, device = settings.seed, settings.device
     results = []
     for v in found:
         status, reason = _trial(v.case, seed, device)
@@ -72,23 +70,17 @@ def run_sweep(case: Case, seed: int, device: torch.device, horizon: float, bias_
             results.append(ShapeResult(v.label, v.shapes, status, reason=reason))
             continue
         try:
-            evidence = evaluate_algebra(v.case, probes.draw_weights(v.case, seed, device), seed, device,
-                                        ALGEBRA_POINTS, ALGEBRA_POINTS, proof=False)
-            algebra = judge_algebra(evidence, accept_untested_algebra)
-            if algebra.verdict is Verdict.FAIL:  # FAILed already: the short run could not change that
+            run = short_run(v.case, settings, REPLICATES, ALGEBRA_POINTS)
+            if run.failed_algebra:
                 results.append(ShapeResult(v.label, v.shapes, "run", "FAIL", (("algebra", "FAIL"),),
-                                           _short(f"algebra FAIL: {algebra.reason}")))
+                                           _short(f"algebra FAIL: {run.algebra.reason}")))
                 continue
-            run = dict(horizon=horizon, device=device, bias_thresholds=bias_thresholds,
-                       variance_thresholds=variance_thresholds, algebra_points=ALGEBRA_POINTS, algebra_proof=False,
-                       adequacy=False, peer_rules=False, shapes=False,
-                       accept_untested_algebra=accept_untested_algebra)
-            cert = certify(v.case, REPLICATES, seed=seed, max_replicates=REPLICATES, **run)
+            cert = run.certificate
             if cert.verdict is Verdict.FAIL:
                 # a screen over many shapes must not FAIL a correct kernel by chance: at R = 64 the bias
                 # gate's |z| > 5 over thousands of buckets follows Student's t, not the normal law behind
                 # its false-FAIL bound. A FAIL counts when CONFIRM fresh replicates (the next seed) FAIL too
-                cert = certify(v.case, CONFIRM, seed=seed + 1, max_replicates=CONFIRM, **run)
+                cert = confirm(v.case, settings, CONFIRM, ALGEBRA_POINTS, seed + 1)
         except KcertError as exc:
             results.append(ShapeResult(v.label, v.shapes, "not applicable", reason=_short(f"the run stopped: {exc}")))
             continue

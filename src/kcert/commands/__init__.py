@@ -2,4 +2,4 @@
 at import: torch and the rest of kcert are imported inside ``run``."""
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_REVIEW = 0, 1, 2, 3
-DEFAULT_HORIZON = 6.25e5  # kcert.certification.DEFAULT_HORIZON (not imported from there: it imports torch)
+from ..settings import DEFAULT_HORIZON  # noqa: F401 (the commands' horizon; kcert.settings is torch-free)

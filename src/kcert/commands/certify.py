@@ -6,33 +6,25 @@ The run over the cases (progress, time limit, signals, reports, exit code) is
 from __future__ import annotations
 
 import argparse
-import hashlib
-import re
 from pathlib import Path
 
 from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
 from ..reproduce import command_line
-from .options import add_run_options, check_run_options, run_flags
+from .options import add_option, add_run_options, check_run_options, run_flags
 from .output import STDOUT, Streams, first_output_problem
-
-# the defaults of the options that change a certificate (the reproduce command names the others)
-DEFAULTS = {"algebra_proof": True, "shapes": None, "peer_rules": True, "ulp_floor": None}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("casefile", metavar="CASES.py")
     p.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     p.add_argument("--list", action="store_true", help="list the cases the file defines, and how they were found")
-    add_run_options(p, 1024)
-    p.add_argument("--adequacy", action="store_true",
-                   help="run the fixed fakes (zeros, a constant, the input, a stale output, ref rounded, a fresh "
-                        "input) through the same probes and gates; one not FAILed keeps a case from PASS "
-                        "(docs/kernelbench.md)")
+    add_run_options(p)
+    add_option(p, "adequacy")
     p.set_defaults(check_arguments=check_run_options)
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
-    add_run_options(p, 1024)
+    add_run_options(p)
     p.set_defaults(check_arguments=check_run_options, adequacy=False)
 
 
@@ -103,9 +95,7 @@ def _run(args, demo: bool) -> int:
     thresholds = None if args.ulp_floor is None else BiasThresholds(ulp_floor=args.ulp_floor)
 
     def options(case) -> dict:
-        return dict(command=reproduce_command(args, casefile, case.name),
-                    accept_untested_algebra=args.accept_untested_algebra, adequacy=args.adequacy,
-                    peer_rules=args.peer_rules, shapes=args.shapes, bias_thresholds=thresholds)
+        return dict(command=reproduce_command(args, casefile, case.name), bias_thresholds=thresholds)
 
     show = render_line if args.quiet else render
     outcomes, stop = session.run(cases, options, lambda cert: show(cert, streams.out))
@@ -119,21 +109,9 @@ def _run(args, demo: bool) -> int:
 def reproduce_command(args, casefile: str | None, case: str) -> str:
     """The command line that certifies ``case`` again with this run's options (:mod:`kcert.reproduce`)."""
     words = ["kcert", "certify", casefile, "--case", case] if casefile else ["kcert", "demo"]
-    flags = run_flags(args, DEFAULTS)
-    if getattr(args, "adequacy", False):
-        flags.append("--adequacy")
+    flags = run_flags(args, {})
     return command_line(words, replicates=args.replicates, horizon=args.horizon, seed=args.seed,
                         max_replicates=args.max_replicates, device=args.device, flags=flags)
-
-
-def safe_name(name: str) -> str:
-    """A case name as one file-name component: characters other than letters, digits, '.', '_' and
-    '-' become '_', leading and trailing dots go (no '..', no hidden file), and a name that had to
-    change gets a short hash of the original so that two names never share a file."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-")[:80]
-    if stem == name:
-        return stem
-    return f"{stem or 'case'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 def _demo_outcome(certs, console) -> int:
@@ -151,5 +129,5 @@ def _demo_outcome(certs, console) -> int:
     return EXIT_PASS if ok else EXIT_FAIL
 
 
-__all__ = ["DEFAULTS", "add_arguments", "add_demo_arguments", "default_checkpoint", "reproduce_command", "run",
-           "run_demo", "safe_name"]
+__all__ = ["add_arguments", "add_demo_arguments", "default_checkpoint", "reproduce_command", "run",
+           "run_demo"]

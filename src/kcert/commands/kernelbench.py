@@ -36,21 +36,21 @@ def element_count(text: str) -> int:
     return int(match.group(1)) * _SCALE[match.group(2).lower()]
 
 
-DEFAULTS = {"algebra_proof": False, "shapes": True, "peer_rules": True, "ulp_floor": 1.0}
+# the defaults that differ from kcert certify's (the reproduce command names a value that differs from them)
+DEFAULTS = {"algebra_proof": False, "shapes": True, "ulp_floor": 1.0}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("problem", metavar="PROBLEM.py", help="KernelBench-format problem: Model, get_inputs, get_init_inputs")
     p.add_argument("candidate", metavar="CANDIDATE.py", help="the kernel to certify: defines ModelNew")
     add_run_options(
-        p, 1024, algebra_proof=False,
-        algebra_proof_why=" here: on modules whose weights are held at the problem's sizes it rarely concludes and "
-                          "may spend its 300 s guard",
-        shapes=True, shapes_help="the shape sweep at sizes derived from the problem's (default on; --no-shapes "
-                                 "skips it)",
-        ulp_floor=1.0, ulp_floor_help="the bias gate's floor in ULPs of the problem's dtype (default 1 here: a "
-                                      "coherent bias below one ULP is the format's own rounding arrangement; "
-                                      "kcert certify's default is 0.25 of the training format)")
+        p, DEFAULTS,
+        why={"algebra_proof": " here: on modules whose weights are held at the problem's sizes it rarely concludes "
+                              "and may spend its 300 s guard"},
+        helps={"shapes": "the shape sweep at sizes derived from the problem's (default on; --no-shapes skips it)",
+               "ulp_floor": "the bias gate's floor in ULPs of the problem's dtype (default 1 here: a coherent bias "
+                            "below one ULP is the format's own rounding arrangement; kcert certify's default is "
+                            "0.25 of the training format)"})
     p.add_argument("--dtype", choices=DTYPES, default=None,
                    help="working dtype of inputs and weights (default: the dtype of get_inputs()'s floating tensors); "
                         "harm is judged in its ULPs")
@@ -117,8 +117,8 @@ def run(args) -> int:
     session.note(f"kcert kernelbench: {args.candidate} against {args.problem}: {cases[0].description}")
 
     def options(case) -> dict:
-        return dict(command=reproduce_command(args), accept_untested_algebra=args.accept_untested_algebra,
-                    adequacy=True, peer_rules=args.peer_rules, bias_thresholds=thresholds)
+        # --shapes is decided per probe by kb.cases (Case.shapes); every certificate here has the adequacy check
+        return dict(command=reproduce_command(args), shapes=None, adequacy=True, bias_thresholds=thresholds)
 
     outcomes, stop = session.run(cases, options)
     # a fake counts as rejected when either probe's certification FAILs it: merged before rendering

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 
-from . import DEFAULT_HORIZON
-from .. import parameters
-from ..reproduce import exact_number
+from .. import parameters, settings
 from ..errors import ParameterError
+from ..settings import Flag
 from .output import STDOUT
 from .runtime import DEFAULT_INTERVAL, DEFAULT_THREADS, duration
 
@@ -55,79 +55,90 @@ def advanced_group(p: argparse.ArgumentParser):
     return p.add_argument_group("advanced", "rarely needed; the defaults suit most runs")
 
 
-def add_run_options(p: argparse.ArgumentParser, replicates: int = 1024, *, algebra_proof: bool = True,
-                    algebra_proof_why: str = "", shapes: bool | None = None, shapes_help: str = "",
-                    ulp_floor: float | None = None, ulp_floor_help: str = "") -> None:
-    """The options of a certifying command. The defaults that differ between commands are arguments
-    (and each help text states its command's default)."""
-    p.add_argument("--replicates", "-R", type=integer, default=replicates, metavar="R",
-                   help=f"replicates of the first look (default {replicates}); the variance gate may add up to 4x")
-    p.add_argument("--horizon", "-T", type=float, default=DEFAULT_HORIZON, metavar="T",
-                   help=f"horizon in kernel calls (default {DEFAULT_HORIZON:g}, one optimizer step)")
-    p.add_argument("--seed", "-s", type=integer, default=0, metavar="S", help="seed (default 0)")
-    p.add_argument("--device", default="cpu", help="torch device for the case's tensors: cpu (default), cuda, cuda:1")
-    p.add_argument("--threads", type=integer, default=DEFAULT_THREADS, metavar="N",
-                   help=f"torch threads (default {DEFAULT_THREADS}: measured fastest on a shared machine, "
-                        "docs/benchmarks.md; give the idle cores of a machine of your own)")
-    p.add_argument("--max-time", type=duration, default=None, metavar="DURATION",
-                   help="stop the replicates after this long (600, 90s, 30m, 1h30m), save the state to the "
-                        "checkpoint and exit 124; --resume continues (default: no limit)")
-    p.add_argument("--json", metavar="OUT", help="write the JSON report (kcert.certificate/1: one object for one "
-                                                 "case, an array for several); '-' for stdout")
-    p.add_argument("--html", metavar="OUT", help="write the HTML report; '-' for stdout")
-    p.add_argument("--quiet", "-q", action="store_true",
-                   help="print one verdict line per case (and errors and warnings) instead of the full reports")
-    p.add_argument("--checkpoint", metavar="PATH",
-                   help="save the run's state to PATH (.npz) periodically, at --max-time, on Ctrl-C and SIGTERM; "
-                        "with several cases, one file per case: PATH's stem + '.' + case name")
-    p.add_argument("--resume", action="store_true", help="continue from --checkpoint PATH to the same certificate")
-    proof = "on" if algebra_proof else "off"
-    p.add_argument("--algebra-proof", action=argparse.BooleanOptionalAction, default=algebra_proof,
-                   help=f"the algebra gate's symbolic proof (default {proof}{algebra_proof_why}; the identity test "
-                        "always runs)")
-    p.add_argument("--shapes", action=argparse.BooleanOptionalAction, default=shapes,
-                   help=shapes_help or "shape sweep: also certify (algebra gate and a short run) at shapes derived "
-                                       "from the probes'; a FAIL there FAILs the case (default: only for cases that "
-                                       "declare Case.shapes; docs/kernelbench.md)")
-    p.add_argument("--ulp-floor", type=number, default=ulp_floor, metavar="C",
-                   help=ulp_floor_help or "the bias gate's floor c in ULPs of the harm format (default 0.25: "
-                                          "docs/method.md, 'Gate 2')")
-    p.add_argument("--accept-untested-algebra", action="store_true",
-                   help="when no algebra test can run (an opaque prod at one precision), let the verdict rest on "
-                        "the bias and variance gates; the report states what is not tested (docs/verdicts.md)")
-    p.add_argument("--peer-rules", action=argparse.BooleanOptionalAction, default=True,
-                   help="show what torch.testing.assert_close, KernelBench, FlashAttention and dynamo's same "
-                        "would have said on the first samples (default on)")
-    advanced = advanced_group(p)
-    advanced.add_argument("--max-replicates", type=integer, default=None, metavar="M",
-                          help="cap of the variance gate's adaptive looks (default 4 x R)")
-    advanced.add_argument("--batch-memory", type=byte_count, default=None, metavar="BYTES",
-                          help="bytes per batched kernel call for cases that declare independent_leading_axis "
-                               "(e.g. 256MiB; default 16MiB on CPU, 256MiB on accelerators)")
-    advanced.add_argument("--checkpoint-every", type=integer, default=1024, metavar="N",
-                          help="save after every N replicates (default 1024; at block boundaries of 64)")
-    advanced.add_argument("--checkpoint-seconds", type=float, default=300.0, metavar="S",
-                          help="or after S seconds (default 300)")
-    advanced.add_argument("--progress-every", type=float, default=None, metavar="S",
-                          help=f"without a terminal, print a progress line every S seconds (default "
-                               f"{DEFAULT_INTERVAL:g}, none with --quiet; 0 turns it off)")
-    advanced.add_argument("--traceback", action="store_true",
-                          help="print the full traceback of a kernel that raises (default: its file and line)")
+# The options of a certifying command that are not settings of the certification (how the command runs
+# and reports). Each: its flag, default, rule (checked before any import, like the settings') and whether a
+# value other than the command's default enters the reproduce command.
+@dataclass(frozen=True)
+class _Own:
+    flag: Flag
+    default: object = None
+    rule: object = None
+    reproduce: bool = False
+
+
+_OWN = {
+    "threads": _Own(Flag(("--threads",), "torch threads (default {default}: measured fastest on a shared machine, "
+                                         "docs/benchmarks.md; give the idle cores of a machine of your own)",
+                         parse="integer", metavar="N"),
+                    DEFAULT_THREADS, lambda name, v: parameters.integer(name, v, 1), reproduce=True),
+    "json": _Own(Flag(("--json",), "write the JSON report (kcert.certificate/1: one object for one case, an array "
+                                   "for several); '-' for stdout", metavar="OUT")),
+    "html": _Own(Flag(("--html",), "write the HTML report; '-' for stdout", metavar="OUT")),
+    "quiet": _Own(Flag(("--quiet", "-q"), "print one verdict line per case (and errors and warnings) instead of the "
+                                          "full reports", kind="switch"), False),
+    "ulp_floor": _Own(Flag(("--ulp-floor",), "the bias gate's floor c in ULPs of the harm format (default 0.25: "
+                                             "docs/method.md, 'Gate 2')", parse="number", metavar="C"),
+                      None, lambda name, v: None if v is None else parameters.ulp_floor(name, v), reproduce=True),
+    "progress_every": _Own(Flag(("--progress-every",), f"without a terminal, print a progress line every S seconds "
+                                                       f"(default {DEFAULT_INTERVAL:g}, none with --quiet; 0 turns "
+                                                       "it off)", parse="float", metavar="S", advanced=True),
+                           None, lambda name, v: None if v is None else parameters.seconds(name, v, allow_zero=True)),
+    "traceback": _Own(Flag(("--traceback",), "print the full traceback of a kernel that raises (default: its file "
+                                             "and line)", kind="switch", advanced=True), False),
+}
+# the options in the order of the command's help (a name of kcert.settings.Settings or of _OWN)
+ORDER = ("replicates", "horizon", "seed", "device", "threads", "max_time", "json", "html", "quiet", "checkpoint",
+         "resume", "algebra_proof", "shapes", "ulp_floor", "accept_untested_algebra", "peer_rules",
+         "max_replicates", "batch_memory", "checkpoint_every", "checkpoint_seconds", "progress_every", "traceback")
+_PARSERS = {"integer": integer, "float": float, "number": number, "bytes": byte_count, "duration": duration}
+
+
+def _option(name: str) -> tuple[Flag, object]:
+    """The flag of option ``name`` and its default (the settings' or the command's own)."""
+    if name in _OWN:
+        return _OWN[name].flag, _OWN[name].default
+    return settings.FLAGS[name], settings.DEFAULTS[name]
+
+
+def add_option(p: argparse.ArgumentParser, name: str, default=None, *, why: str = "", help: str | None = None,
+               **fixed) -> None:
+    """Option ``name`` (a setting of :class:`kcert.settings.Settings` or one of the command's own) on ``p``,
+    with the command's ``default`` (None: the shared one), its note ``why`` on that default or a
+    whole ``help`` of its own."""
+    flag, shared = _option(name)
+    default = shared if default is None else default
+    kwargs = dict(dest=name, default=default, help=help or flag.help_text(default, why))
+    if flag.kind == "switch":
+        kwargs["action"] = "store_true"
+    elif flag.kind == "toggle":
+        kwargs["action"] = argparse.BooleanOptionalAction
+    else:
+        kwargs.update(type=_PARSERS.get(flag.parse), metavar=flag.metavar)
+    (advanced_group(p) if flag.advanced else p).add_argument(*flag.names, **(kwargs | fixed))
+
+
+def add_run_options(p: argparse.ArgumentParser, defaults: dict | None = None, *, why: dict | None = None,
+                    helps: dict | None = None) -> None:
+    """The options every certifying command shares, in :data:`ORDER`; ``defaults``, ``why`` and
+    ``helps`` (option name -> value) are the command's own defaults, notes on them and help texts."""
+    defaults, why, helps = defaults or {}, why or {}, helps or {}
+    for name in ORDER:
+        add_option(p, name, defaults.get(name), why=why.get(name, ""), help=helps.get(name))
+
+
+def settings_values(args) -> dict:
+    """The settings of :class:`kcert.settings.Settings` that the command's options hold (name -> value)."""
+    return {name: getattr(args, name) for name in settings.NAMES if hasattr(args, name)}
 
 
 def check_run_options(args) -> str | None:
-    """Why the run options cannot work (checked before any import of torch), or None."""
+    """Why the run options cannot work (checked before any import of torch, by the rules
+    :meth:`kcert.settings.Settings.check` applies), or None."""
     try:
-        parameters.replicates("--replicates", args.replicates, "--max-replicates", args.max_replicates)
-        parameters.horizon("--horizon", args.horizon)
-        parameters.integer("--seed", args.seed, 0)
-        parameters.integer("--threads", args.threads, 1)
-        parameters.integer("--checkpoint-every", args.checkpoint_every, 1)
-        parameters.seconds("--checkpoint-seconds", args.checkpoint_seconds)
-        if args.progress_every is not None:
-            parameters.seconds("--progress-every", args.progress_every, allow_zero=True)
-        if args.ulp_floor is not None:
-            parameters.ulp_floor("--ulp-floor", args.ulp_floor)
+        settings.check_values(settings_values(args), spell=lambda name: settings.FLAGS[name].name)
+        for name, own in _OWN.items():
+            if own.rule is not None and hasattr(args, name):
+                own.rule(own.flag.name, getattr(args, name))
     except ParameterError as exc:
         return str(exc)
     if args.resume and args.checkpoint is None:
@@ -144,19 +155,14 @@ def check_threads(args) -> str | None:
 
 def run_flags(args, defaults: dict) -> list[str]:
     """The options of ``args`` that change the certificate and differ from the command's ``defaults``
-    (the reproduce command's flags)."""
+    (the reproduce command's flags), in :data:`ORDER`, then the command's other settings."""
     flags = []
-    if getattr(args, "batch_memory", None) is not None:
-        flags += ["--batch-memory", str(args.batch_memory)]
-    if args.threads != DEFAULT_THREADS:
-        flags += ["--threads", str(args.threads)]
-    for name, on, off in (("algebra_proof", "--algebra-proof", "--no-algebra-proof"),
-                          ("shapes", "--shapes", "--no-shapes"), ("peer_rules", "--peer-rules", "--no-peer-rules")):
+    for name in (*ORDER, *(n for n in settings.FLAGS if n not in ORDER)):
+        reproduce = _OWN[name].reproduce if name in _OWN else name in settings.REPRODUCED
+        if not reproduce or not hasattr(args, name):
+            continue
+        flag, shared = _option(name)
         value = getattr(args, name)
-        if value != defaults.get(name) and value is not None:
-            flags.append(on if value else off)
-    if args.accept_untested_algebra:
-        flags.append("--accept-untested-algebra")
-    if args.ulp_floor is not None and args.ulp_floor != defaults.get("ulp_floor"):
-        flags += ["--ulp-floor", exact_number(args.ulp_floor)]
+        if value is not None and value != defaults.get(name, shared):
+            flags += settings.flag_words(flag, value)
     return flags

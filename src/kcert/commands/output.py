@@ -10,7 +10,9 @@ file and says where (:func:`write_output`), so a finished certification is never
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -111,3 +113,13 @@ def write_output(flag: str, target: str, text: str, streams: Streams, what: str 
         streams.error(f"{problem}, nor to a fallback file in the working or temporary folder; it is lost")
         return False
     return True
+
+
+def safe_name(name: str) -> str:
+    """A case name as one file-name component: characters other than letters, digits, '.', '_' and
+    '-' become '_', leading and trailing dots go (no '..', no hidden file), and a name that had to
+    change gets a short hash of the original so that two names never share a file."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-")[:80]
+    if stem == name:
+        return stem
+    return f"{stem or 'case'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
-from .output import STDOUT, Streams, write_output
+from .options import settings_values
+from .output import STDOUT, Streams, safe_name, write_output
 from .runtime import (DEFAULT_INTERVAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, Clock, Terminated,
                       human)
 
@@ -35,7 +36,6 @@ def checkpoint_path(path: str, case: str, n_cases: int) -> str:
     """The checkpoint file of ``case``: ``path`` itself for one case, else ``stem.<case>.npz`` beside it."""
     if n_cases == 1:
         return path
-    from .certify import safe_name
 
     p = Path(path)
     return str(p.with_name(f"{p.stem}.{safe_name(case)}{p.suffix or '.npz'}"))
@@ -109,10 +109,8 @@ class Session:
             progress = RunProgress(label, cap, remaining, self.note, self.warn, update)
             beating = self.interval > 0 and not self.streams.err.is_terminal
             with Heartbeat(self.interval, progress.describe, self.streams.note) if beating else nullcontext():
-                return certify(case, args.replicates, args.horizon, args.seed, max_replicates=args.max_replicates,
-                               device=args.device, progress=progress.tick, on_event=progress.event,
-                               algebra_proof=args.algebra_proof, batch_memory=args.batch_memory,
-                               max_time=remaining, **self._saving(case), **options)
+                settings = settings_values(args) | self._saving(case) | options | {"max_time": remaining}
+                return certify(case, progress=progress.tick, on_event=progress.event, **settings)
 
     def run(self, cases, options_for, render=None) -> tuple[list, Stop | None]:
         """Certify ``cases`` in turn: ``options_for(case)`` gives certify's options of a case, ``render(cert)``

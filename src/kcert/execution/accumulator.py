@@ -18,7 +18,7 @@ from ..stats.bitwise import N_BINS
 from ..stats.moments import MomentAccumulator
 
 if TYPE_CHECKING:
-    from .outputs import OutputLayout
+    from .layout import OutputLayout
 
 # Rows of the per-bucket summary, in this order (the order of ReplicateSummary.sums).
 ROWS = ("raw", "sign_aligned", "prod_raw", "prod_sign_aligned", "ref_raw", "ref_sign_aligned", "magnitude")

@@ -16,7 +16,7 @@ import torch
 from ..errors import CheckpointError
 from ..stats.moments import MomentAccumulator
 from .accumulator import EARLY_ROWS, ROWS, Block, OutputAccumulator
-from .outputs import OutputLayout
+from .layout import OutputLayout
 from .runner import RunState
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..case import Case, Gaussian, Integers, Labels, Uniform
-from ..errors import CaseError, KernelError, ParameterError, RealModeUnsupported
+from ..case import Case, Labels
+from ..errors import KernelError, RealModeUnsupported
 from ..stats.moments import MomentAccumulator
 from . import probes, seeding
 from .accumulator import BLOCK, EARLY_ROWS, Block, OutputAccumulator, ReplicateSummary
@@ -42,22 +42,9 @@ DEFAULT_BATCH_MEMORY = {"cpu": 16 * 2**20}
 DEFAULT_BATCH_MEMORY_ACCELERATOR = 256 * 2**20
 
 
-def _check_batch_memory(value, device: torch.device) -> int:
-    if value is None:
-        return DEFAULT_BATCH_MEMORY.get(device.type, DEFAULT_BATCH_MEMORY_ACCELERATOR)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ParameterError(f"batch_memory must be an integer number of bytes >= 1 or None, got {value!r}")
-    return value
-
-
-def _check_probe_sizes(case: Case) -> None:
-    """A drawn probe with no elements leaves the kernels nothing to compute (and crashes deep inside)."""
-    for group in ("inputs", "weights"):
-        for name, probe in getattr(case, group).items():
-            shape = getattr(probe, "shape", None)
-            if isinstance(probe, (Gaussian, Uniform, Integers)) and 0 in tuple(shape):
-                raise CaseError(f"case {case.name!r}: {group}[{name!r}] is {type(probe).__name__} of shape "
-                                f"{tuple(shape)}, which has no elements; give every size >= 1")
+def _batch_memory(value: int | None, device: torch.device) -> int:
+    """Bytes per batched call: ``value`` (checked by the settings) or the device's default."""
+    return DEFAULT_BATCH_MEMORY.get(device.type, DEFAULT_BATCH_MEMORY_ACCELERATOR) if value is None else value
 
 
 @dataclass
@@ -93,13 +80,12 @@ class Runner:
 
     def __init__(self, case: Case, seed: int, device: torch.device | str = "cpu", batch_memory: int | None = None):
         self.case = case
-        self.batch_memory = _check_batch_memory(batch_memory, torch.device(device))
+        self.batch_memory = _batch_memory(batch_memory, torch.device(device))
         # replicates per kernel call: 1 unless the case declares independent_leading_axis; then
         # set from the first replicate's bytes (see _batch_size)
         self.batch_size: int | None = None if case.independent_leading_axis else 1
         self.seed = int(seed)
         self.device = torch.device(device)
-        _check_probe_sizes(case)
         self.weights = probes.draw_weights(case, self.seed, self.device)
         self.layouts: list[OutputLayout] | None = None
         self.prefix: list[OutputAccumulator] | None = None

@@ -13,7 +13,7 @@ from rich.text import Text
 from ..certificate import Certificate
 from ..checks.results import NOT_APPLICABLE, NOT_REJECTED, REJECTED
 from ..verdict import Verdict
-from .text import fmt
+from ..numbers import fmt
 
 _STATUS_STYLE = {REJECTED: "green", NOT_REJECTED: "bold red", NOT_APPLICABLE: "dim"}
 _VERDICT_STYLE = {"PASS": "bold green", "WARN": "bold yellow", "FAIL": "bold red", "SKIPPED": "bold magenta"}

@@ -58,7 +58,7 @@ def _certificate(case: Case, certificate, predict: bool, replicates: int, case_s
     if certificate is None:
         from ..certification import certify
 
-        return certify(case, replicates, seed=case_seed, algebra_proof=algebra_proof)
+        return certify(case, replicates=replicates, seed=case_seed, algebra_proof=algebra_proof)
     if getattr(certificate, "case", None) != case.name:
         raise ParameterError(f"certificate is for case {getattr(certificate, 'case', None)!r}, not {case.name!r}")
     return certificate
