@@ -23,7 +23,7 @@ DOCTEST_MODULES = (
     "kcert.certificate",
     "kcert.certification",
     "kcert.errors",
-    "kcert.execution.rounding",
+    "kcert.rounding",
     "kcert.stats.thresholds",
     "kcert.step.batch",
     "kcert.step.config",

@@ -1,6 +1,7 @@
-"""Layering: statistics never import torch; report/ never imports a gate; gates/ read only result types
-from execution/; only the Runner sets its own run state; no source module over 800 lines; every error
-class kcert raises lives in kcert.errors (docs/design.md).
+"""Layering: every module has a place in the layer order of docs/design.md and imports only from its own
+layer or those below (:data:`LAYERS`); no import circle between modules; statistics never import torch;
+report/ never imports a gate; gates/ read only result types from execution/; only the Runner sets its
+own run state; no source module over 800 lines; every error class kcert raises lives in kcert.errors.
 
 The source rules are checked on the source text (the AST), not by importing, so that a violation is
 found however the modules happen to be imported."""
@@ -54,6 +55,107 @@ def _imports(name: str, path: Path, tree: ast.AST):
 
 def _in(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
+
+
+# The layer order of docs/design.md, bottom first: a module may import its own layer and those below it,
+# never one above. A new module must be placed here (test_every_module_has_a_layer).
+LAYERS = (
+    ("base", ("kcert.errors", "kcert.stats")),
+    ("words", ("kcert.version", "kcert.verdict", "kcert.diagnostics", "kcert.numbers", "kcert.parameters",
+               "kcert.reproduce", "kcert.settings", "kcert.results", "kcert.certificate", "kcert.case",
+               "kcert.rounding")),
+    ("catalog", ("kcert.catalog",)),
+    ("execution", ("kcert.execution",)),
+    ("cases", ("kcert.backward", "kcert.casefile", "kcert.demo")),
+    ("gates", ("kcert.gates",)),
+    ("core", ("kcert.core",)),
+    ("checks", ("kcert.checks",)),
+    ("certification", ("kcert.certification",)),
+    ("report", ("kcert.report",)),
+    ("sources", ("kcert.adapters", "kcert.step")),
+    ("controls", ("kcert.controls",)),
+    ("calibration", ("kcert.calibration",)),
+    ("entry points", ("kcert.assertions", "kcert.commands")),
+    ("front ends", ("kcert.training", "kcert.pytest_plugin", "kcert.cli", "kcert.__main__", "kcert")),
+)
+
+
+def _layer(module: str) -> int | None:
+    """The index in :data:`LAYERS` of the longest package that holds ``module`` (None: unplaced); the entry
+    "kcert" is the package's ``__init__`` alone."""
+    placed = [(len(p), i) for i, (_, packages) in enumerate(LAYERS) for p in packages
+              if module == p or (p != "kcert" and module.startswith(p + "."))]
+    return max(placed)[1] if placed else None
+
+
+def _kcert_imports(name, path, tree):
+    return sorted({(line, m) for line, m in _imports(name, path, tree) if _in(m, "kcert")})
+
+
+def test_every_module_has_a_layer():
+    unplaced = [name for name, _, _ in _modules() if _layer(name) is None]
+    assert not unplaced, f"modules without a layer (add them to LAYERS and docs/design.md): {unplaced}"
+
+
+def test_no_import_against_the_layer_order():
+    # kcert/__init__.py names the public API lazily (any layer): it is the top of the order
+    found = [f"{path.relative_to(SRC)}:{line} ({LAYERS[_layer(name)][0]}) imports {module} "
+             f"({LAYERS[_layer(module)][0]})"
+             for name, path, tree in _modules() if name != "kcert"
+             for line, module in _kcert_imports(name, path, tree)
+             if _layer(module) is not None and _layer(name) is not None and _layer(module) > _layer(name)]
+    assert not found, "imports against the layer order of docs/design.md:\n" + "\n".join(found)
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on, stack, found, counter = {}, {}, set(), [], [], 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter = counter + 1
+        stack.append(root), on.add(root)
+        while work:
+            v, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter = counter + 1
+                    stack.append(child), on.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on:
+                    low[v] = min(low[v], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circle():
+    # every import counts, a deferred one inside a function too: a circle ties modules together whatever
+    # the moment it is resolved (kcert/__init__.py's lazy names excepted: it is the public door)
+    modules = {name: (path, tree) for name, path, tree in _modules()}
+    graph = {name: {m for _, m in _kcert_imports(name, path, tree) if m in modules and m != name}
+             for name, (path, tree) in modules.items() if name != "kcert"}
+    circles = _circles(graph)
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_finder_finds_circles():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_stats_and_verdicts_import_without_torch():
@@ -161,3 +263,8 @@ def test_error_classes_live_in_errors():
              for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
              if any(ast.unparse(base).rpartition(".")[2] in errors for base in node.bases)]
     assert not found, "error classes belong in kcert/errors.py:\n" + "\n".join(found)
+
+
+def test_a_module_outside_every_layer_is_unplaced():
+    assert _layer("kcert.somewhere_new") is None and _layer("kcert.stats.bias") == 0
+    assert _layer("kcert.results.bias") == 1 and _layer("kcert.cli") == len(LAYERS) - 1

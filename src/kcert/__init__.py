@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _EXPORTS = {
     "Axes": "case",
@@ -34,7 +34,7 @@ _EXPORTS = {
     "KernelError": "errors",
     "ParameterError": "errors",
     "RealModeUnsupported": "errors",
-    "semantic_round": "execution.rounding",
+    "semantic_round": "rounding",
     "Step": "step",
     "StepCertificate": "step",
     "StepConfig": "step",

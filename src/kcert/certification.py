@@ -21,7 +21,7 @@ from .settings import DEFAULT_HORIZON, Settings
 __all__ = ["DEFAULT_HORIZON", "Settings", "certify", "look_schedule"]
 
 
-def certify(case: Case, settings: Settings | None = None, *, progress: Callable[[int, int], None] | None = None,
+def certify(case: Case, settings: Settings | int | None = None, *, progress: Callable[[int, int], None] | None = None,
             on_event: Callable[[str, dict], None] | None = None, **overrides) -> Certificate:
     """Certify ``case``: algebra, bias and variance gates over ``replicates`` seeded replicates.
 
@@ -35,9 +35,9 @@ def certify(case: Case, settings: Settings | None = None, *, progress: Callable[
     ----------
     case : Case
         The kernel pair and its probes.
-    settings : Settings, optional
+    settings : Settings or int, optional
         The settings (:class:`kcert.settings.Settings`; default: kcert's defaults); ``overrides``
-        replace any of them by keyword. Each is described below.
+        replace any of them by keyword. Each is described below. An integer here is ``replicates``.
     replicates : int, default 1024
         Replicates of the first look (>= 2); each draws its probes from ``(seed, replicate)``.
     horizon : float, default 625000

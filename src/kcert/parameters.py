@@ -1,6 +1,6 @@
 """The domain rules of a certification's parameters, in one place and without torch.
 
-:meth:`kcert.certification.Settings.check` applies them to :func:`kcert.certify`'s arguments and the
+:meth:`kcert.settings.Settings.check` applies them to :func:`kcert.certify`'s arguments and the
 command line applies the same rules to its options before anything heavy is imported (a bad
 ``-R 0`` costs 0.1 s, not the seconds of importing torch and the case file). Each check returns the
 checked value or raises :class:`~kcert.errors.ParameterError` naming the parameter, the rule and

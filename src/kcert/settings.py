@@ -57,10 +57,11 @@ class Flag:
 
 
 def _setting(default, *, rule: Callable[[str, Any], Any] | None = None, flag: Flag | None = None,
-             reproduce: bool = False):
+             reproduce: str | None = None):
     """A field of :class:`Settings` with its rule (``rule(name, value)`` returns the checked value or
-    raises ParameterError), its flag and whether a value other than the default enters the reproduce
-    command."""
+    raises ParameterError), its flag and where a value other than the default is written again:
+    ``reproduce="both"`` in the command line and the library call (it changes the certificate),
+    ``"command line"`` only there (it changes how the run goes, not its certificate), None nowhere."""
     return field(default=default, metadata={"rule": rule, "flag": flag, "reproduce": reproduce})
 
 
@@ -116,25 +117,25 @@ class Settings:
                            "with several cases, one file per case: PATH's stem + '.' + case name", metavar="PATH"))
     resume: bool = _setting(False, rule=_flag, flag=Flag(
         ("--resume",), "continue from --checkpoint PATH to the same certificate", kind="switch"))
-    algebra_proof: bool = _setting(True, rule=_flag, reproduce=True, flag=Flag(
+    algebra_proof: bool = _setting(True, rule=_flag, reproduce="both", flag=Flag(
         ("--algebra-proof",), "the algebra gate's symbolic proof (default {default}{why}; the identity test always "
                               "runs)", kind="toggle"))
-    shapes: bool | None = _setting(None, rule=_flag_or_none, reproduce=True, flag=Flag(
+    shapes: bool | None = _setting(None, rule=_flag_or_none, reproduce="both", flag=Flag(
         ("--shapes",), "shape sweep: also certify (algebra gate and a short run) at shapes derived from the probes'; "
                        "a FAIL there FAILs the case (default: only for cases that declare Case.shapes; "
                        "docs/kernelbench.md)", kind="toggle"))
-    bias_thresholds: BiasThresholds | None = _setting(None, reproduce=True)  # on the command line: --ulp-floor
-    accept_untested_algebra: bool = _setting(False, rule=_flag, reproduce=True, flag=Flag(
+    bias_thresholds: BiasThresholds | None = _setting(None, reproduce="both")  # on the command line: --ulp-floor
+    accept_untested_algebra: bool = _setting(False, rule=_flag, reproduce="both", flag=Flag(
         ("--accept-untested-algebra",), "when no algebra test can run (an opaque prod at one precision), let the "
                                         "verdict rest on the bias and variance gates; the report states what is not "
                                         "tested (docs/verdicts.md)", kind="switch"))
-    peer_rules: bool = _setting(True, rule=_flag, reproduce=True, flag=Flag(
+    peer_rules: bool = _setting(True, rule=_flag, reproduce="both", flag=Flag(
         ("--peer-rules",), "show what torch.testing.assert_close, KernelBench, FlashAttention and dynamo's same "
                            "would have said on the first samples (default {default})", kind="toggle"))
     max_replicates: int | None = _setting(None, flag=Flag(
         ("--max-replicates",), "cap of the variance gate's adaptive looks (default 4 x R)", parse="integer",
         metavar="M", advanced=True))  # its rule is the replicates' (check_values)
-    batch_memory: int | None = _setting(None, rule=parameters.byte_count, reproduce=True, flag=Flag(
+    batch_memory: int | None = _setting(None, rule=parameters.byte_count, reproduce="command line", flag=Flag(
         ("--batch-memory",), "bytes per batched kernel call for cases that declare independent_leading_axis "
                              "(e.g. 256MiB; default 16MiB on CPU, 256MiB on accelerators)", parse="bytes",
         metavar="BYTES", advanced=True))
@@ -144,12 +145,12 @@ class Settings:
     checkpoint_seconds: float = _setting(300.0, rule=parameters.seconds, flag=Flag(
         ("--checkpoint-seconds",), "or after S seconds (default {default:g})", parse="float", metavar="S",
         advanced=True))
-    adequacy: bool = _setting(False, rule=_flag, reproduce=True, flag=Flag(
+    adequacy: bool = _setting(False, rule=_flag, reproduce="both", flag=Flag(
         ("--adequacy",), "run the fixed fakes (zeros, a constant, the input, a stale output, ref rounded, a fresh "
                          "input) through the same probes and gates; one not FAILed keeps a case from PASS "
                          "(docs/kernelbench.md)", kind="switch"))
-    variance_thresholds: VarianceThresholds | None = _setting(None, reproduce=True)
-    algebra_points: int = _setting(8, rule=_at_least(1), reproduce=True)
+    variance_thresholds: VarianceThresholds | None = _setting(None, reproduce="both")
+    algebra_points: int = _setting(8, rule=_at_least(1), reproduce="both")
     command: str | None = _setting(None)  # the reproduce command to record (default: the library call)
 
     def check(self) -> Settings:
@@ -171,13 +172,19 @@ class Settings:
             variance_thresholds=self.variance_thresholds or VarianceThresholds())))
 
     @classmethod
-    def build(cls, settings: Settings | None = None, **overrides) -> Settings:
+    def build(cls, settings: Settings | int | None = None, **overrides) -> Settings:
         """``settings`` (default: the defaults) with ``overrides`` by keyword; an unknown name is a
-        ParameterError that lists the known ones."""
+        ParameterError that lists the known ones. An integer in the place of ``settings`` is the
+        replicates (``certify(case, 1024)``, as before settings existed)."""
+        if isinstance(settings, int) and not isinstance(settings, bool):  # certify(case, 1024): the replicates
+            if "replicates" in overrides:
+                raise ParameterError(f"replicates given twice: {settings!r} in the settings' place and "
+                                     f"replicates={overrides['replicates']!r}")
+            settings, overrides = None, {"replicates": settings, **overrides}
         if settings is not None and not isinstance(settings, Settings):
             raise ParameterError(f"settings must be a kcert.Settings or None, got {type(settings).__name__} "
-                                 f"{settings!r} (give replicates, horizon and seed by keyword: "
-                                 f"certify(case, replicates=64))")
+                                 f"{settings!r} (an integer there is the replicates; give the other settings by keyword: "
+                                 f"certify(case, 1024, seed=3))")
         unknown = sorted(set(overrides) - set(NAMES))
         if unknown:
             raise ParameterError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(NAMES)}")
@@ -188,6 +195,7 @@ FIELDS = dataclasses.fields(Settings)
 NAMES = tuple(f.name for f in FIELDS)
 FLAGS = {f.name: f.metadata["flag"] for f in FIELDS if f.metadata["flag"] is not None}
 DEFAULTS = {f.name: f.default for f in FIELDS}
+# the settings the command line's reproduce command names when they differ from the command's default
 REPRODUCED = frozenset(f.name for f in FIELDS if f.metadata["reproduce"])
 
 
@@ -237,13 +245,13 @@ class _Code(str):
 
 def library_call(case_name: str, s: Settings) -> str:
     """The ``kcert.certify(...)`` call that gives the certificate of checked settings ``s``:
-    replicates, horizon and seed, then every setting whose field says ``reproduce`` and whose value is
-    not the default (thresholds written as the ``kcert`` objects that build them)."""
+    replicates, horizon and seed, then every setting that changes the certificate (``reproduce="both"``)
+    and whose value is not the default (thresholds written as the ``kcert`` objects that build them)."""
     default = Settings().check()
     extras = {}
     for f in FIELDS:
         value = getattr(s, f.name)
-        if not f.metadata["reproduce"] or value == getattr(default, f.name):
+        if f.metadata["reproduce"] != "both" or value == getattr(default, f.name):
             continue
         extras[f.name] = _Code(f"kcert.{value!r}") if dataclasses.is_dataclass(value) else value
     return certify_call(f"<{case_name}>", replicates=s.replicates, horizon=s.horizon, seed=s.seed,

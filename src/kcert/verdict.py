@@ -1,4 +1,5 @@
-"""The four verdicts and how they combine."""
+"""The four verdicts and every rule by which they combine: a gate's outputs (:meth:`Verdict.worst`), a
+certificate's gates (:func:`combine`) and its checks (:func:`certificate_verdict`)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,16 @@ def combine(gates, accepted=()) -> Verdict:
     of :func:`overall` stands (a FAIL still fails; the accepted gate's own WARN or FAIL still counts)."""
     accepted = set(accepted)
     return overall(v for g, v in gates.items() if not (g in accepted and v is Verdict.SKIPPED))
+
+
+def certificate_verdict(gates, accepted=(), shape_sweep_failed: bool = False, adequacy_blocks_pass: bool = False
+                        ) -> Verdict:
+    """A certificate's verdict: its gates' (:func:`combine`), then its checks: a FAIL at a shape of the
+    sweep FAILs it; a fake the certification does not FAIL, or a degenerate ref, holds a PASS at WARN
+    (docs/kernelbench.md). Peer rules never change it."""
+    verdict = combine(gates, accepted)
+    if shape_sweep_failed:
+        return Verdict.FAIL
+    if verdict is Verdict.PASS and adequacy_blocks_pass:
+        return Verdict.WARN
+    return verdict

@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from ..case import Axes, Custom, Gaussian, Labels
-from ..execution.realmode import semantic_round
+from ..rounding import semantic_round
 from . import Operator
 from .probes import shifted, trained_weights
 

@@ -6,6 +6,6 @@
   FlashAttention's 2x rule, ``torch._dynamo.utils.same``) say on the same samples.
 - :mod:`.shapes` and :mod:`.sweep`: the algebra gate and a short bias/variance run at shapes derived
   from the given one; a FAIL there FAILs the certificate.
-- :mod:`.results`: their frozen, torch-free result dataclasses (carried by the certificate, which
-  imports only this module; :func:`kcert.certify` imports the others when it runs them).
+- :mod:`.short`: the short run they make of a derived case, through the certification core.
+- :mod:`.run`: attaches them to a certificate. Their result types are :mod:`kcert.results.checks`.
 """

@@ -27,11 +27,11 @@ from ..case import Case
 from ..errors import KcertError
 from ..execution import probes
 from ..execution.runner import as_outputs
-from ..report.text import gate_sentences
+from ..results.sentences import gate_sentences
 from ..settings import Settings
 from ..verdict import Verdict
 from .fakes import build_fakes
-from .results import AdequacyResult, FakeResult
+from ..results.checks import AdequacyResult, FakeResult
 from .short import short_run
 
 REPLICATES = 64  # the short run of a fake the algebra gate does not FAIL (one accumulation block)

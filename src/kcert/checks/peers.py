@@ -29,7 +29,7 @@ from ..errors import KcertError, RealModeUnsupported
 from ..execution import probes
 from ..execution.realmode import run_real
 from ..execution.runner import as_outputs
-from .results import PeerRuleResult, PeerRulesResult
+from ..results.checks import PeerRuleResult, PeerRulesResult
 
 TRIALS = 5  # KernelBench's correctness trials; every rule runs on the same ones
 LOW_PRECISION = (torch.float16, torch.bfloat16)

@@ -19,10 +19,10 @@ from ..case import Case
 from ..errors import KcertError
 from ..execution import probes
 from ..execution.frames import kernel_frame
-from ..report.text import gate_sentences
+from ..results.sentences import gate_sentences
 from ..settings import Settings
 from ..verdict import Verdict
-from .results import ShapeResult, ShapeSweepResult
+from ..results.checks import ShapeResult, ShapeSweepResult
 from .shapes import variants
 from .short import confirm, short_run
 

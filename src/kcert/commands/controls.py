@@ -33,7 +33,7 @@ def run(args) -> int:
     set_threads(args.threads)
     from ..controls.registry import FAMILIES, all_controls
     from ..controls.suite import run_controls, summarize
-    from ..report import controls as render
+    from ..controls import report as render
     from .progress import items_bar
 
     controls = all_controls()

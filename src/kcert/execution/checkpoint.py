@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import __version__
+from ..version import __version__
 from ..errors import CheckpointError
 from . import codec
 from .accumulator import BLOCK

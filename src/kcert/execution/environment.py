@@ -8,7 +8,7 @@ from importlib import metadata
 
 import torch
 
-from .. import __version__
+from ..version import __version__
 from . import fused
 
 

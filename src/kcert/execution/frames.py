@@ -16,12 +16,11 @@ from pathlib import Path
 
 import torch
 
-import kcert
 
 
 @lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
-    roots = {str(Path(kcert.__file__).resolve().parent), str(Path(torch.__file__).resolve().parent)}
+    roots = {str(Path(__file__).resolve().parents[1]), str(Path(torch.__file__).resolve().parent)}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)
         if path:

@@ -91,8 +91,8 @@ from torch.overrides import TorchFunctionMode
 
 from kcert.errors import ParameterError, RealModeUnsupported
 
-from . import rounding
-from .rounding import semantic_round
+from .. import rounding
+from ..rounding import semantic_round
 
 __all__ = ["RealMode", "op_name", "run_real", "semantic_round", "to_real"]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..case import Case, Labels
+from .. import parameters
 from ..errors import KernelError, RealModeUnsupported
 from ..stats.moments import MomentAccumulator
 from . import probes, seeding
@@ -43,7 +44,9 @@ DEFAULT_BATCH_MEMORY_ACCELERATOR = 256 * 2**20
 
 
 def _batch_memory(value: int | None, device: torch.device) -> int:
-    """Bytes per batched call: ``value`` (checked by the settings) or the device's default."""
+    """Bytes per batched call: ``value`` (the settings' rule, applied again for a Runner built directly) or
+    the device's default."""
+    value = parameters.byte_count("batch_memory", value)
     return DEFAULT_BATCH_MEMORY.get(device.type, DEFAULT_BATCH_MEMORY_ACCELERATOR) if value is None else value
 
 

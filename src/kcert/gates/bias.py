@@ -8,7 +8,7 @@ from ..certificate import BiasResult
 from ..diagnostics import diagnostic
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
-from ..stats.bias import FAIL, IDENTICAL, UNTESTED, WARN, ATTRIBUTED_TO_REF, judge_buckets
+from ..stats.bias import FAIL, IDENTICAL, UNTESTED, WARN, ATTRIBUTED_TO_REF, attribution_z, judge_buckets
 from ..stats.thresholds import BiasThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
@@ -48,13 +48,6 @@ def rejudge(result: BiasResult, thresholds: BiasThresholds) -> BiasResult:
                   thresholds, result.horizon, result.oracle, result.dtypes_may_differ, result.harm_format or result.dtype)
 
 
-def _z(count, mean, std):
-    """z of a bucket's mean against zero; a constant non-zero mean counts as infinitely significant."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.sqrt(count) * mean / std
-    return np.where(std > 0, z, np.where(mean == 0, 0.0, np.inf))
-
-
 def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, thresholds, horizon, oracle,
            dtypes_may_differ=False, harm_format=None) -> BiasResult:
     nonfinite_prod, nonfinite_ref, nonfinite_replicates = nonfinite
@@ -67,7 +60,7 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         count, mean, std = moments[stat]
         prod_bias = moments[f"prod_{stat}"][1] if attribution else None
         ref_bias = moments[f"ref_{stat}"][1] if attribution else None
-        prod_z = _z(*moments[f"prod_{stat}"]) if attribution else None
+        prod_z = attribution_z(*moments[f"prod_{stat}"]) if attribution else None
         tests.append(judge_buckets(stat, count, mean, std, bucket_ulp, thresholds, horizon, prod_bias, ref_bias,
                                    prod_z))
     tests = tuple(tests)

@@ -117,8 +117,10 @@ def judge_errors(a, b, horizon: float, thresholds: VarianceThresholds, seed: int
         usable = a.size
         judged = _judge_tails(a, b, horizon, thresholds, thresholds.alpha / looks_share,
                               thresholds.separate_alpha / looks_share, harm_format, screened, seed)
-    return VarianceResult(output, dtype, judged.verdict, judged.reason, thresholds, horizon, k, e_prod, e_ref, eps,
-                          tail, tuple(looks), judged.diagnostics, interval=judged.interval,
+    return VarianceResult(output=output, dtype=dtype, verdict=judged.verdict, reason=judged.reason,
+                          thresholds=thresholds, horizon=horizon, amplification=k, error_prod=e_prod, error_ref=e_ref,
+                          epsilon=eps, tail=tail, looks=tuple(looks), diagnostics=judged.diagnostics,
+                          interval=judged.interval,
                           stopping_rule=stopping_rule(planned_looks, thresholds.alpha),
                           threshold_stability=judged.stability, confirmation=judged.confirmation,
                           harm_format=harm_format, error_prod_units=a, error_ref_units=b,

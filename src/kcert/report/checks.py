@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..certificate import Certificate
-from ..checks.results import NOT_APPLICABLE, NOT_REJECTED, REJECTED
+from ..results.checks import NOT_APPLICABLE, NOT_REJECTED, REJECTED
 from ..verdict import Verdict
 from ..numbers import fmt
 

@@ -1,10 +1,12 @@
-"""The one place that turns results into sentences (one place builds every failure text): what was compared,
-how many buckets or replicates failed, the worst one and where, and what was allowed."""
+"""The report's sentences: a non-PASS certificate's failure message, the variance gate's comparison lines,
+from the gates' one-line sentences (:mod:`kcert.results.sentences`: what was compared, how many buckets or
+replicates failed, the worst one and where, and what was allowed)."""
 
 from __future__ import annotations
 
-from ..certificate import BiasResult, Certificate, VarianceResult
+from ..certificate import Certificate, VarianceResult
 from ..numbers import fmt
+from ..results.sentences import bias_sentence, gate_sentences, variance_sentence  # noqa: F401 (report's words)
 from ..verdict import Verdict
 
 MEANING = {
@@ -13,38 +15,6 @@ MEANING = {
     Verdict.FAIL: "blocks the migration",
     Verdict.SKIPPED: "gate could not run",
 }
-
-
-def bias_sentence(b: BiasResult) -> str:
-    fails, warns = b.count(Verdict.FAIL), b.count(Verdict.WARN)
-    head = f"{b.output}: {fails} of {b.buckets} buckets FAIL, {warns} WARN over {b.replicates} replicates"
-    parts = [head]
-    if b.nonfinite_prod:
-        parts.append(f"prod non-finite where ref is finite in {b.nonfinite_prod} elements "
-                     f"(replicates {list(b.nonfinite_replicates)})")
-    if b.nonfinite_ref:
-        parts.append(f"ref non-finite where prod is finite in {b.nonfinite_ref} elements")
-    worst = b.findings(limit=1)
-    if worst:
-        f = worst[0]
-        parts.append(
-            f"worst {f.label} ({f.statistic}): {f.direction} by {f.effect_ulp:.3g} ULP "
-            f"(mean {f.mean:.3g}, ULP {f.ulp:.3g} at |ref| {f.reference_magnitude:.3g}), z = {f.z:+.3g}, "
-            f"effect {f.standardized_effect:.3g} sd; {f.reason}"
-        )
-        parts.append(
-            f"allowed: |z| <= {b.thresholds.z_star:g} or |mean| <= {b.thresholds.ulp_floor:g} ULP "
-            f"or |mean|/s <= {b.s_min:.3g}"
-        )
-    return "; ".join(parts)
-
-
-def variance_sentence(v: VarianceResult) -> str:
-    p, r = v.error_summary("prod"), v.error_summary("ref")
-    unit = f"{v.harm_format} ULP" if v.harm_format else "harm units"
-    head = (f"{v.output}: errors over {v.replicates} replicates, max prod {fmt(p[1.0])} / ref {fmt(r[1.0])} {unit}"
-            + ("" if v.prod_closer_share is None else f", prod closer in {100 * v.prod_closer_share:.3g}%"))
-    return f"{head}; {v.reason}"
 
 
 def error_comparison_text(v: VarianceResult) -> str:
@@ -87,16 +57,6 @@ def rare_events_text(v: VarianceResult) -> str | None:
     return (f"rare events: a defect on fewer than {fmt(r.rate)} of calls (about 3/R, {100 * r.confidence:g} % "
             f"confidence) may not occur in these {r.replicates} replicates, and no verdict here excludes it; "
             f"over T = {r.horizon:.3g} calls that rate is {fmt(r.calls_at_horizon)} calls")
-
-
-def gate_sentences(cert: Certificate, gate: str) -> list[str]:
-    if gate == "algebra":
-        return [cert.algebra.reason]
-    if gate == "bias":
-        return [bias_sentence(b) for b in cert.bias]
-    if cert.variance_skipped_reason:
-        return [cert.variance_skipped_reason]
-    return [variance_sentence(v) for v in cert.variance]
 
 
 def failure_message(cert: Certificate) -> str:

@@ -162,3 +162,13 @@ def judge_buckets(
         verdict=verdict,
         reason=reason,
     )
+
+
+def attribution_z(count, mean, std):
+    """z of prod's bucket means against the oracle, for the attribution (:func:`judge_buckets`'s ``prod_z``):
+    a constant non-zero mean counts as infinitely significant whatever its sign. (The bucket test's own z
+    treats a spread within 1e-12 of the mean as zero and keeps the sign; unifying the two rules would move
+    verdicts, so it is left to a behaviour-changing step.)"""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.sqrt(count) * mean / std
+    return np.where(std > 0, z, np.where(mean == 0, 0.0, np.inf))

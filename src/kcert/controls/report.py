@@ -1,4 +1,5 @@
-"""Rendering the control suite: terminal table, Markdown table for the docs, JSON."""
+"""Rendering the control suite: terminal table, Markdown table for the docs, JSON (built on the report's
+JSON form and styles: the suite's result types are the control layer's, above the report)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..controls.suite import DIFFERS_SHARE, ControlResult, SuiteSummary
+from ..report.jsonio import to_dict
+from ..report.terminal import STYLE
 from ..verdict import Verdict
-from .jsonio import to_dict
-from .terminal import STYLE
+from .suite import DIFFERS_SHARE, ControlResult, SuiteSummary
 
 SCHEMA = "kcert.controls/1"
 
@@ -46,7 +47,7 @@ def summary_lines(s: SuiteSummary) -> list[str]:
             lines.append(f"{half} half: negatives detected {c['detected']}/{c['negatives']} (FAIL {c['negative_fail']}); "
                          f"positives FAIL {c['positive_fail']} / WARN {c['positive_warn']} of {c['positives']} "
                          f"({c['positive_differs']} differ from ref)")
-    from ..controls.registry import not_runnable
+    from .registry import not_runnable
 
     for name, (family, reason) in sorted(not_runnable().items()):
         lines.append(f"not run here: {name} ({family}): {reason}")
