@@ -27,7 +27,7 @@ import torch
 
 from ..backward import _backward as engine_backward  # autograd's engine entry (see kcert.backward)
 from ..errors import KernelError, RealModeUnsupported
-from ..execution import rounding
+from .. import rounding
 from .batch import plan, rank_cells, unpack
 from .config import StepConfig
 from .gradients import GradientLayout

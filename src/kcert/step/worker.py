@@ -138,7 +138,7 @@ def _fresh_state() -> None:
     """Undo what a fork copies of the parent's thread: a torch-function mode on the stack (the pool may
     restart while the parent evaluates the step in real mode), real mode's bookkeeping (a bypass count
     would make the rank's own real mode stand aside), the default dtype, the grad mode."""
-    from ..execution import rounding
+    from .. import rounding
 
     while torch._C._len_torch_function_stack() > 0:
         torch._C._pop_torch_function_stack()
