@@ -28,6 +28,7 @@ _EXPORTS = {
     "VarianceResult": "certificate",
     "gradients": "backward",
     "certify": "certification",
+    "Settings": "settings",
     "CaseError": "errors",
     "CaseFileError": "errors",
     "KcertError": "errors",

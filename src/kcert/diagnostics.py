@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .settings import DEFAULTS
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -23,7 +25,7 @@ CATALOGUE = {
     ),
     "too_few_replicates": (
         "the run has fewer replicates than the gate needs before it may PASS (docs/verdicts.md): it WARNs instead",
-        "raise --replicates to at least the minimum quoted (the default is 1024)",
+        f"raise --replicates to at least the minimum quoted (the default is {DEFAULTS['replicates']})",
     ),
     "zero_variance_bucket": (
         "some buckets have identical differences in every replicate: judged by the ULP floor alone",

@@ -89,6 +89,19 @@ class Settings:
     each field holds its default, its rule, its command-line flag and whether it enters the reproduce
     command. :meth:`check` fills in the defaults that depend on others and checks every value.
 
+    Attributes
+    ----------
+    replicates, horizon, seed, device, max_replicates : int, float, int, str or torch.device, int
+        The run: replicates of the first look, T, the seed, where the tensors live, the looks' cap.
+    algebra_proof, algebra_points, accept_untested_algebra : bool, int, bool
+        The algebra gate.
+    bias_thresholds, variance_thresholds : BiasThresholds, VarianceThresholds
+        The gates' thresholds (None: kcert's).
+    shapes, peer_rules, adequacy : bool or None, bool, bool
+        The checks around the gates.
+    checkpoint, resume, checkpoint_every, checkpoint_seconds, max_time, batch_memory, command
+        How the run is saved, bounded, batched and recorded.
+
     Examples
     --------
     >>> from kcert.settings import Settings

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..case import Case
+from ..settings import DEFAULTS
 
 FAMILIES = ("norm", "rope", "attention", "moe", "activation", "gemm", "loss", "backward", "framework", "compiled",
             "float32", "opaque", "shape", "step")
@@ -26,7 +27,7 @@ class Control:
     source: str  # the public report or the real kernel it reproduces
     build: Callable[[], Case]  # a kcert.Step for the family "step" (certified with kcert.certify_step)
     doc: str
-    replicates: int = 1024
+    replicates: int = DEFAULTS["replicates"]
     expect: str | None = None  # a verdict the control must get exactly (e.g. "FAIL"), beyond the bar
     quick: bool = False  # part of the quick subset run by the default test suite
 
@@ -62,12 +63,12 @@ def _register(kind: str, family: str, source: str, replicates: int, expect: str 
     return wrap
 
 
-def negative(family: str, source: str, *, replicates: int = 1024, expect: str | None = None, quick: bool = False):
+def negative(family: str, source: str, *, replicates: int = DEFAULTS["replicates"], expect: str | None = None, quick: bool = False):
     """Register a negative control: a reproduction of a public defect report."""
     return _register("negative", family, source, replicates, expect, quick)
 
 
-def positive(family: str, source: str, *, replicates: int = 1024, expect: str | None = None, quick: bool = False):
+def positive(family: str, source: str, *, replicates: int = DEFAULTS["replicates"], expect: str | None = None, quick: bool = False):
     """Register a positive control: a real kernel, a stressed probe or a benign rewrite."""
     return _register("positive", family, source, replicates, expect, quick)
 

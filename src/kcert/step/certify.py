@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from ..certification import DEFAULT_HORIZON
+from ..settings import DEFAULT_HORIZON
 from ..errors import ParameterError
 from ..reproduce import certify_call
 from ..stats.aggregation import AGREES, sweep_dependence

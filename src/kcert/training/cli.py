@@ -12,6 +12,7 @@ import time
 
 from ..commands.options import integer, number
 from ..commands.runtime import DEFAULT_INTERVAL, DEFAULT_THREADS
+from ..settings import DEFAULTS
 
 EXIT_ERROR = 2
 INTERRUPTED = 130
@@ -31,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a smaller model (hidden 64), 120 steps, 4 seeds, a 256-replicate certificate")
     p.add_argument("--replicates", "-R", type=integer, default=None, metavar="R",
-                   help="replicates of the certificate the prediction reads (default 1024; 256 with --quick)")
+                   help=f"replicates of the certificate the prediction reads (default {DEFAULTS['replicates']}; 256 with --quick)")
     p.add_argument("--no-prediction", dest="predict", action="store_false",
                    help="skip the certificate and the drift prediction")
     p.add_argument("--alpha", type=number, default=0.05, metavar="A",

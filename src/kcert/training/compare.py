@@ -11,6 +11,7 @@ import torch
 
 from ..case import Case
 from ..errors import KcertError, ParameterError
+from ..settings import DEFAULTS
 from ..stats.ulp import ulp
 from . import checkpoint as ckpt
 from . import prediction as pred
@@ -259,7 +260,7 @@ def compare(case: Case, steps: int | None = None, seeds: int | Sequence[int] | N
         raise ParameterError(f"case_seed must be an integer >= 0, got {case_seed!r}")
     if resume and checkpoint is None:
         raise ParameterError("resume=True needs checkpoint, the file to resume from")
-    replicates = replicates or (256 if quick else 1024)
+    replicates = replicates or (256 if quick else DEFAULTS["replicates"])
     slot = bind(case, case_seed)
     fingerprint = ckpt.fingerprint(case, slot, config, case_seed)
     done = ckpt.load(checkpoint, fingerprint) if resume else {}
