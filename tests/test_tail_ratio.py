@@ -184,3 +184,25 @@ def test_the_separate_shapes_bound_is_the_separate_models_own_upper_end():
     weaker = tail_ratio_interval(ea, eb, T, separate_alpha=0.03)
     assert iv.estimate <= weaker.separate_upper < iv.separate_upper and weaker.separate_alpha == 0.03
     assert math.isnan(tail_ratio_interval(ea, eb, T).separate_upper)
+
+
+def test_too_few_excesses_is_a_reason_not_an_error():
+    from kcert.stats.tail_ratio import exceedances_of, exceedances_or_reason
+
+    few = np.array([0.0, 0.0, 1.0, 2.0])
+    assert "fewer than 3 excesses" in exceedances_or_reason(few)
+    with pytest.raises(ValueError, match="fewer than 3 excesses"):
+        exceedances_of(few)
+    with pytest.raises(ValueError, match="finite, non-negative"):
+        exceedances_or_reason(np.array([1.0, np.nan]))  # bad input stays an error
+    many = np.random.default_rng(0).exponential(size=400)
+    assert exceedances_or_reason(many).n == exceedances_of(many).n
+
+
+def test_a_misspelt_diagnostic_code_is_an_error():
+    from kcert.diagnostics import diagnostic, raised
+
+    found = (diagnostic("infinite_ratio"),)
+    assert raised(found, "infinite_ratio") and not raised(found, "few_exceedances")
+    with pytest.raises(KeyError, match="infinite_ration"):
+        raised(found, "infinite_ration")

@@ -22,6 +22,7 @@ import numpy as np
 
 from .certificate import BiasResult, Certificate, VarianceResult
 from .certification import certify
+from .diagnostics import raised
 from .errors import KcertError, ParameterError
 from .gates.bias import rejudge
 from .numbers import fmt
@@ -70,9 +71,8 @@ def structural_alarm(v: VarianceResult) -> bool:
     """The verdict is above PASS whatever the WARN line: FAIL, an infinite or undefined tail ratio, too
     few replicates for a PASS, no tail fit although prod exceeds the slack, or the exact test of the
     observed range rejecting (it holds a PASS back at the line it was run at)."""
-    codes = {d.code for d in v.diagnostics}
     observed = v.observed is not None and v.observed.p_value < v.thresholds.observed_level
-    return (v.verdict is Verdict.FAIL or bool(codes & {"infinite_ratio", "undefined_ratio", "too_few_replicates"})
+    return (v.verdict is Verdict.FAIL or raised(v.diagnostics, "infinite_ratio", "undefined_ratio", "too_few_replicates")
             or (v.interval is None and v.verdict is not Verdict.PASS) or observed)
 
 

@@ -12,5 +12,7 @@ from .results.variance import VarianceResult  # noqa: F401
 from .results.bitwise import BitwiseResult  # noqa: F401
 from .results.checks import FakeResult, AdequacyResult, PeerRuleResult, PeerRulesResult, ShapeResult, ShapeSweepResult, REJECTED, NOT_REJECTED, NOT_APPLICABLE  # noqa: F401
 from .results.certificate import OutputInfo, Provenance, Certificate  # noqa: F401
+from .stats.thresholds import BiasThresholds, VarianceThresholds  # noqa: F401 (importable from here before)
+from .verdict import Verdict  # noqa: F401
 
 __all__ = ["AdequacyResult", "AlgebraOutputResult", "AlgebraProofResult", "AlgebraResult", "BiasResult", "BitwiseResult", "BucketFinding", "Certificate", "FakeResult", "LadderOutputResult", "LadderResult", "LadderRungResult", "NOT_APPLICABLE", "NOT_REJECTED", "OutputInfo", "PeerRuleResult", "PeerRulesResult", "Provenance", "REJECTED", "ShapeResult", "ShapeSweepResult", "VarianceResult"]

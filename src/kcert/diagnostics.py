@@ -162,3 +162,12 @@ CATALOGUE = {
 def diagnostic(code: str, detail: str = "") -> Diagnostic:
     meaning, remedy = CATALOGUE[code]
     return Diagnostic(code, f"{meaning}: {detail}" if detail else meaning, remedy)
+
+
+def raised(diagnostics, *codes: str) -> bool:
+    """Whether any of ``diagnostics`` has one of ``codes``; a code the catalogue does not hold is a
+    KeyError (a misspelt code must not read as "not raised")."""
+    for code in codes:
+        if code not in CATALOGUE:
+            raise KeyError(f"no diagnostic has the code {code!r}")
+    return any(d.code in codes for d in diagnostics)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..certificate import VarianceResult
-from ..diagnostics import Diagnostic, diagnostic
+from ..diagnostics import Diagnostic, diagnostic, raised
 from ..stats.amplification import amplification_ratios
 from ..stats.lattice import lattice_spacing, spread_within_cells
 from ..stats.observed import ObservedTail, observed_tail
@@ -36,7 +36,7 @@ from ..stats.tail import fit_tail
 from ..stats.tail_ratio import (
     Exceedances,
     TailRatioInterval,
-    exceedances_of,
+    exceedances_or_reason,
     return_level_upper,
     tail_ratio_estimate,
     tail_ratio_interval,
@@ -215,9 +215,8 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
                            observed=observed)
         return _Judged(Verdict.WARN, f"ref matches the oracle exactly in every replicate; prod is within {slack:g} "
                                      f"harm unit on the data but its extrapolated tail is not", diags, observed=observed)
-    try:
-        sides = [exceedances_of(x, thresholds.threshold_quantile, thresholds.min_exceedances) for x in (a_fit, b_fit)]
-    except ValueError:
+    sides = [exceedances_or_reason(x, thresholds.threshold_quantile, thresholds.min_exceedances) for x in (a_fit, b_fit)]
+    if any(isinstance(side, str) for side in sides):  # too few excesses for a tail model
         return _without_tail_model(a, b, thresholds, diags, observed)
     diags += _side_diagnostics(sides, horizon, thresholds)
     iv = tail_ratio_interval(sides[0], sides[1], horizon, alpha, slack=slack,
@@ -263,9 +262,8 @@ def _within_slack(a_fit: np.ndarray, a_max: float, b_max: float, b_floor: float,
     if a_max <= b_max:
         return _Judged(screened.floor, f"{head}, its largest error at most ref's ({b_max:.3g}): no amplification "
                                        f"to bound", diags, observed=observed)
-    try:
-        side = exceedances_of(a_fit, thresholds.threshold_quantile, thresholds.min_exceedances)
-    except ValueError:
+    side = exceedances_or_reason(a_fit, thresholds.threshold_quantile, thresholds.min_exceedances)
+    if isinstance(side, str):
         return _Judged(screened.floor, f"{head}, too few positive errors for a tail: nothing to extrapolate", diags,
                        observed=observed)
     bound = return_level_upper(side, horizon, alpha)
@@ -371,9 +369,8 @@ def _threshold_stability(a: np.ndarray, b: np.ndarray, horizon: float,
     """The A_T estimate refitted at the other threshold quantiles (those that leave three exceedances)."""
     stability = []
     for q in STABILITY_QUANTILES:
-        try:
-            s_a, s_b = (exceedances_of(x, q, 3) for x in (a, b))
-        except ValueError:
+        s_a, s_b = (exceedances_or_reason(x, q, 3) for x in (a, b))
+        if isinstance(s_a, str) or isinstance(s_b, str):
             continue
         stability.append((q, _estimate(s_a, s_b, horizon, thresholds)))
     return tuple(stability)
@@ -394,10 +391,9 @@ def _confirmation(a: np.ndarray, b: np.ndarray, horizon: float,
     """A_T estimated on the even and on the odd replicates (None when a half has too few exceedances)."""
     halves = []
     for sl in (slice(0, None, 2), slice(1, None, 2)):
-        try:
-            h_a, h_b = (exceedances_of(x[sl], thresholds.threshold_quantile, thresholds.min_exceedances)
-                        for x in (a, b))
-        except ValueError:
+        h_a, h_b = (exceedances_or_reason(x[sl], thresholds.threshold_quantile, thresholds.min_exceedances)
+                    for x in (a, b))
+        if isinstance(h_a, str) or isinstance(h_b, str):
             return None
         halves.append(_estimate(h_a, h_b, horizon, thresholds))
     return tuple(halves)
@@ -472,15 +468,15 @@ def interval_is_decisive(result: VarianceResult) -> bool:
     separate-shapes bound and the observed range settle with more replicates). Results that rest on
     few exceedances are not decisive. A run below the minimum for a PASS is not extended for it: the
     looks serve the interval, and R is the user's."""
-    codes = {d.code for d in result.diagnostics}
-    if "infinite_ratio" in codes:
+    found = result.diagnostics
+    if raised(found, "infinite_ratio"):
         return True  # prod off where ref is exact or finite stays a FAIL whatever more replicates show
-    if "few_exceedances" in codes:
+    if raised(found, "few_exceedances"):
         return False
     iv = result.interval
     if iv is None:
-        return "prod_tail_beyond_slack" not in codes
+        return not raised(found, "prod_tail_beyond_slack")
     t = result.thresholds
-    if iv.upper <= t.warn and codes & {"shape_difference_not_excluded", "observed_above_line"}:
+    if iv.upper <= t.warn and raised(found, "shape_difference_not_excluded", "observed_above_line"):
         return False
     return all(not (iv.lower <= x < iv.upper) for x in (t.warn, t.fail))

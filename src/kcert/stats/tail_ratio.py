@@ -126,7 +126,17 @@ class Exceedances:
 def exceedances_of(x, quantile: float = 0.90, min_exceedances: int = 10) -> Exceedances:
     """The excesses of the positive values of ``x`` over their ``quantile`` quantile, lowered (down
     to the smallest positive value) to keep ``min_exceedances`` when there are few. Raises
-    ``ValueError`` with fewer than three excesses."""
+    ``ValueError`` with fewer than three excesses (:func:`exceedances_or_reason` returns why instead)."""
+    found = exceedances_or_reason(x, quantile, min_exceedances)
+    if isinstance(found, str):
+        raise ValueError(found)
+    return found
+
+
+def exceedances_or_reason(x, quantile: float = 0.90, min_exceedances: int = 10) -> Exceedances | str:
+    """:func:`exceedances_of`, or the text saying why there is no tail when ``x`` has fewer than three
+    excesses (a finding, not an error: the gates branch on it); input that is not a 1-D array of finite,
+    non-negative values raises ``ValueError``."""
     x = np.asarray(x, np.float64)
     if x.ndim != 1 or not np.all(np.isfinite(x)) or np.any(x < 0):
         raise ValueError("x must be a 1-D array of finite, non-negative values")
@@ -137,7 +147,7 @@ def exceedances_of(x, quantile: float = 0.90, min_exceedances: int = 10) -> Exce
     u = float(np.quantile(positive, q)) if positive.size else 0.0
     y = positive[positive > u] - u
     if y.size < 3:
-        raise ValueError(f"{positive.size} positive values of {x.size}: fewer than 3 excesses over u = {u:.3g}")
+        return f"{positive.size} positive values of {x.size}: fewer than 3 excesses over u = {u:.3g}"
     return Exceedances(u, y, int(x.size), q, int(positive.size), float(x.max()))
 
 
