@@ -72,11 +72,11 @@ LAYERS = (
     ("checks", ("kcert.checks",)),
     ("certification", ("kcert.certification",)),
     ("report", ("kcert.report",)),
-    ("sources", ("kcert.adapters", "kcert.step")),
+    ("sources", ("kcert.adapters", "kcert.step", "kcert.training")),
     ("controls", ("kcert.controls",)),
     ("calibration", ("kcert.calibration",)),
     ("entry points", ("kcert.assertions", "kcert.commands")),
-    ("front ends", ("kcert.training", "kcert.pytest_plugin", "kcert.cli", "kcert.__main__", "kcert")),
+    ("front ends", ("kcert.pytest_plugin", "kcert.cli", "kcert.__main__", "kcert")),
 )
 
 

@@ -48,8 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _commands() -> list[Command]:
     # command modules are light at import; each run imports what it needs
-    from .commands import calibrate, certify, compare, controls, kernelbench, step
-    from .training import cli as training_cli
+    from .commands import calibrate, certify, compare, controls, kernelbench, step, train_compare
 
     return [
         Command("certify", "certify the cases of a case file", certify.add_arguments, certify.run, distributed=True),
@@ -64,7 +63,7 @@ def _commands() -> list[Command]:
         Command("kernelbench", "certify a generated kernel: a KernelBench-format problem and its ModelNew candidate",
                 kernelbench.add_arguments, kernelbench.run),
         Command("train-compare", "train a small model with ref's kernel and with prod's, paired by seed: does "
-                "training differ?", training_cli.add_arguments, training_cli.run),
+                "training differ?", train_compare.add_arguments, train_compare.run),
         Command("step", "certify a training step across gradient accumulation, ranks and loss aggregation (L2)",
                 step.add_arguments, step.run),
     ]

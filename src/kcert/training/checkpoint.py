@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..errors import TrainingCheckpointError
 from ..numbers import json_number
 from .results import ArmRun, SeedRun

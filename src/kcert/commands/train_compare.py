@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..commands.options import integer, number
-from ..commands.runtime import DEFAULT_INTERVAL, DEFAULT_THREADS
+from .options import integer, number
+from .runtime import DEFAULT_INTERVAL, DEFAULT_THREADS
 from ..settings import DEFAULTS
 
 EXIT_ERROR = 2
@@ -68,7 +68,7 @@ def check_arguments(args) -> str | None:
 
 
 def run(args) -> int:
-    from ..commands.output import Streams, first_output_problem, write_output
+    from .output import Streams, first_output_problem, write_output
 
     streams = Streams.make(args, stdout_taken=args.json == STDOUT)
     problem = check_arguments(args) or first_output_problem(
@@ -80,12 +80,12 @@ def run(args) -> int:
     from contextlib import nullcontext
 
     from ..casefile import load_cases
-    from ..commands.progress import Heartbeat, items_bar
-    from ..commands.runtime import EXIT_TERMINATED, Terminated, human, set_threads
+    from .progress import Heartbeat, items_bar
+    from .runtime import EXIT_TERMINATED, Terminated, human, set_threads
     from ..errors import KcertError
-    from . import report
-    from .compare import compare
-    from .config import QUICK, TrainingConfig
+    from ..training import report
+    from ..training.compare import compare
+    from ..training.config import QUICK, TrainingConfig
 
     set_threads(args.threads)
     interval = (0.0 if args.quiet else DEFAULT_INTERVAL) if args.progress_every is None else args.progress_every
