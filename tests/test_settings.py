@@ -14,6 +14,7 @@ from kcert import settings
 from kcert.commands import options
 from kcert.commands.certify import add_arguments, reproduce_command
 from kcert.errors import ParameterError
+from kcert.reproduce import library_call
 from kcert.settings import Settings
 
 
@@ -62,9 +63,9 @@ def test_the_library_call_names_what_changes_the_certificate():
         if f.metadata["reproduce"] != "both" or value is None:
             continue
         s = Settings.build(**{f.name: value}).check()
-        assert f"{f.name}={value!r}" in settings.library_call("c", s), f.name
+        assert f"{f.name}={value!r}" in library_call("c", s), f.name
     s = Settings.build(batch_memory=1 << 22, checkpoint_every=64).check()  # the run, not the certificate
-    assert settings.library_call("c", s) == "kcert.certify(<c>, replicates=1024, horizon=625000, seed=0)"
+    assert library_call("c", s) == "kcert.certify(<c>, replicates=1024, horizon=625000, seed=0)"
 
 
 def test_build_by_keyword():

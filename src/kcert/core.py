@@ -29,7 +29,8 @@ from .gates.algebra import judge_algebra
 from .gates.bias import judge_bias
 from .gates.bitwise import judge_bitwise
 from .gates.variance import interval_is_decisive, judge_variance
-from .settings import Settings, library_call
+from .reproduce import library_call
+from .settings import Settings
 from .stats.ulp import harm_format
 from .verdict import Verdict
 

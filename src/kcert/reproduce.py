@@ -1,6 +1,7 @@
 """The command that reproduces a certificate, printed so that running it gives the same certificate.
 
-Every entry point builds its command here: the command line (``kcert certify``, ``kcert demo``) and
+Every entry point builds its command here, from the settings' flags and reproduce rules
+(:mod:`kcert.settings`): the command line (``kcert certify``, ``kcert demo``) and
 :func:`kcert.assert_certified` for a case in a case file through :func:`command_line`; the library
 (:func:`kcert.certify`) and :func:`kcert.assert_certified` for a case built in code through
 :func:`certify_call`. Their numbers go through :func:`exact_number`: ``f"{x:g}"`` keeps six
@@ -10,8 +11,12 @@ command would certify at another horizon.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Mapping, Sequence
+
+from . import settings
+from .settings import Flag, Settings
 
 
 def exact_number(x) -> str:
@@ -33,11 +38,12 @@ def command_line(words: Sequence[str], *, replicates: int, horizon: float, seed:
     >>> command_line(["kcert", "demo"], replicates=1024, horizon=1234567.8, seed=0)
     'kcert demo --replicates 1024 --horizon 1234567.8 --seed 0'
     """
-    line = [*words, "--replicates", str(replicates), "--horizon", exact_number(horizon), "--seed", str(seed)]
+    line = [*words, *flag_words(_FLAGS["replicates"], replicates), *flag_words(_FLAGS["horizon"], float(horizon)),
+            *flag_words(_FLAGS["seed"], seed)]
     if max_replicates is not None:
-        line += ["--max-replicates", str(max_replicates)]
+        line += flag_words(_FLAGS["max_replicates"], max_replicates)
     if device != "cpu":
-        line += ["--device", device]
+        line += flag_words(_FLAGS["device"], device)
     return shlex.join([*line, *flags])
 
 
@@ -57,3 +63,38 @@ def certify_call(case: str, *, replicates: int, horizon: float, seed: int, max_r
         args.append(f"device={device!r}")
     args += [f"{k}={v!r}" for k, v in (extras or {}).items()]
     return f"kcert.certify({', '.join(args)})"
+
+
+_FLAGS = settings.FLAGS
+
+
+def flag_words(flag: Flag, value) -> list[str]:
+    """How ``value`` is written on a command line under ``flag`` (toggles as ``--x`` / ``--no-x``)."""
+    if flag.kind == "toggle":
+        return [flag.name if value else "--no-" + flag.name.removeprefix("--")]
+    if flag.kind == "switch":
+        return [flag.name] if value else []
+    return [flag.name, exact_number(value) if isinstance(value, float) else str(value)]
+
+
+class _Code(str):
+    """Text written into a call as it is (``repr`` would quote it)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def library_call(case_name: str, s: Settings) -> str:
+    """The ``kcert.certify(...)`` call that gives the certificate of checked settings ``s``:
+    replicates, horizon and seed, then every setting that changes the certificate (``reproduce="both"``)
+    and whose value is not the default (thresholds written as the ``kcert`` objects that build them)."""
+    default = Settings().check()
+    extras = {}
+    for f in settings.FIELDS:
+        value = getattr(s, f.name)
+        if f.metadata["reproduce"] != "both" or value == getattr(default, f.name):
+            continue
+        extras[f.name] = _Code(f"kcert.{value!r}") if dataclasses.is_dataclass(value) else value
+    return certify_call(f"<{case_name}>", replicates=s.replicates, horizon=s.horizon, seed=s.seed,
+                        max_replicates=None if s.max_replicates == 4 * s.replicates else s.max_replicates,
+                        device=str(s.device), extras=extras)

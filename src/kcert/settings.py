@@ -5,8 +5,8 @@ flag and help, and whether it enters the reproduce command.
 (``certify(case, settings=None, **overrides)``) and checks it (:meth:`Settings.check`); the command line
 generates its shared options from the fields' :class:`Flag` (``kcert.commands.options``) and checks them
 with the same rules before any heavy import (:func:`check_values`); the reproduce command
-(``kcert.commands.options.run_flags``) and the library call (:func:`library_call`) name the settings whose field says
-``reproduce`` when they differ from the default. Torch-free: the device is a string until
+(``kcert.commands.options.run_flags``) and the library call (:func:`kcert.reproduce.library_call`) name
+the settings whose field says ``reproduce`` when they differ from the default. Torch-free: the device is a string until
 :meth:`Settings.check` turns it into a ``torch.device``.
 """
 
@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import parameters
 from .errors import ParameterError
-from .reproduce import certify_call, exact_number
 
 if TYPE_CHECKING:
     import torch
@@ -238,35 +237,3 @@ def _check_device(device):
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ParameterError(f"device {device!r} was asked for but CUDA is not available on this machine")
     return dev
-
-
-def flag_words(flag: Flag, value) -> list[str]:
-    """How ``value`` is written on a command line under ``flag`` (toggles as ``--x`` / ``--no-x``)."""
-    if flag.kind == "toggle":
-        return [flag.name if value else "--no-" + flag.name.removeprefix("--")]
-    if flag.kind == "switch":
-        return [flag.name] if value else []
-    return [flag.name, exact_number(value) if isinstance(value, float) else str(value)]
-
-
-class _Code(str):
-    """Text written into a call as it is (``repr`` would quote it)."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-def library_call(case_name: str, s: Settings) -> str:
-    """The ``kcert.certify(...)`` call that gives the certificate of checked settings ``s``:
-    replicates, horizon and seed, then every setting that changes the certificate (``reproduce="both"``)
-    and whose value is not the default (thresholds written as the ``kcert`` objects that build them)."""
-    default = Settings().check()
-    extras = {}
-    for f in FIELDS:
-        value = getattr(s, f.name)
-        if f.metadata["reproduce"] != "both" or value == getattr(default, f.name):
-            continue
-        extras[f.name] = _Code(f"kcert.{value!r}") if dataclasses.is_dataclass(value) else value
-    return certify_call(f"<{case_name}>", replicates=s.replicates, horizon=s.horizon, seed=s.seed,
-                        max_replicates=None if s.max_replicates == 4 * s.replicates else s.max_replicates,
-                        device=str(s.device), extras=extras)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .. import parameters, settings
 from ..errors import ParameterError
+from ..reproduce import flag_words
 from ..settings import Flag
 from .output import STDOUT
 from .runtime import DEFAULT_INTERVAL, DEFAULT_THREADS, duration
@@ -164,5 +165,5 @@ def run_flags(args, defaults: dict) -> list[str]:
         flag, shared = _option(name)
         value = getattr(args, name)
         if value is not None and value != defaults.get(name, shared):
-            flags += settings.flag_words(flag, value)
+            flags += flag_words(flag, value)
     return flags
