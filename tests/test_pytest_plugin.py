@@ -85,8 +85,15 @@ def reproduced_part(report: dict) -> dict:
 def _torch_warmed_up():
     """pytester's in-process runs drop every module first imported inside them, and torch imports its
     compiler stack (which registers operator libraries, once per process) lazily on the first
-    certification: certify once out here so that those modules outlive the inner runs."""
+    certification: certify once out here so that those modules outlive the inner runs. The same for rich
+    and the renderers: a renderer first imported inside an inner run leaves its classes to a later
+    command of the outer process, which rich then cannot render (the file run alone failed so)."""
     kcert.certify(small_gemma(gemma_rms_norm_folded, "warm_up"), replicates=2)
+    import importlib
+
+    for name in ("kcert.report.formats", "kcert.report.html", "kcert.report.jsonio", "kcert.report.terminal"):
+        importlib.import_module(name)
+    importlib.import_module("kcert.cli")._commands()
 
 
 def test_options_become_defaults_and_reports_carry_them(pytester):

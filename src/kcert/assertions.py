@@ -204,17 +204,15 @@ def _report_stem(folder: Path, name: str, written: set[Path]) -> Path:
 
 def write_reports(cert: Certificate, folder: Path, html: bool, written: set[Path]) -> tuple[Path, ...]:
     """Write ``NAME.json`` (and ``NAME.html``) for ``cert`` into ``folder``, created if missing."""
-    from .report.jsonio import dumps
+    from .report.formats import FORMATS
 
     folder.mkdir(parents=True, exist_ok=True)
     stem = _report_stem(folder.resolve(), cert.case, written)
-    paths = [stem.with_name(stem.name + ".json")]
-    paths[0].write_text(dumps([cert]) + "\n", encoding="utf-8")
-    if html:
-        from .report.html import render_html
-
-        paths.append(stem.with_name(stem.name + ".html"))
-        paths[1].write_text(render_html([cert]), encoding="utf-8")
+    paths = []
+    for form in FORMATS:
+        if form.name == "json" or (form.name == "html" and html):
+            paths.append(stem.with_name(stem.name + form.suffix))
+            paths[-1].write_text(form.render([cert], None), encoding="utf-8")
     return tuple(paths)
 
 

@@ -170,23 +170,19 @@ class Session:
     def write_reports(self, certs, several: bool) -> bool:
         """Write --json and --html; False when one could not be written where asked (it was saved elsewhere).
         ``several``: the command ran several cases (the JSON report is then an array, whatever ended)."""
+        from ..report.formats import FORMATS
+
         args, streams = self.args, self.streams
         ok = True
         if not certs:
             return ok
-        if args.json:
-            from ..report.jsonio import dumps
-
-            written = write_output("--json", args.json, dumps(certs, several=several) + "\n", streams)
-            if written and args.json != STDOUT:
-                self.note(f"JSON report: {args.json}")
-            ok &= written
-        if args.html:
-            from ..report.html import render_html
-
-            written = write_output("--html", args.html, render_html(certs), streams)
-            if written and args.html != STDOUT:
-                self.note(f"HTML report: {args.html}")
+        for form in FORMATS:
+            target = getattr(args, form.name)
+            if not target:
+                continue
+            written = write_output(f"--{form.name}", target, form.render(certs, several), streams)
+            if written and target != STDOUT:
+                self.note(f"{form.label}: {target}")
             ok &= written
         return ok
 
