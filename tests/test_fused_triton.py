@@ -16,14 +16,14 @@ from kcert.execution import fused
 from kcert.execution.outputs import bucket_labels, make_layout
 from kcert.stats import bitwise as S
 
-pytest.importorskip("triton", reason="the accelerator's reduction is a Triton kernel")
+triton = pytest.importorskip("triton", reason="the accelerator's reduction is a Triton kernel")
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),  # see conftest.py
     pytest.mark.skipif(not fused.available(), reason="numba is not installed (pip install 'kcert[fast]')"),
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def interpreted():
     """fused_triton with its kernels built for Triton's interpreter (``TRITON_INTERPRET=1`` is read
     when a kernel is decorated, so the module is reloaded with it set, and again without it after);
@@ -142,3 +142,44 @@ def test_a_cuda_run_names_the_triton_kernel():
     assert fused.kernel_for(torch.device("cpu")) == "compiled (numba)"
     assert fused.kernel_for(torch.device("cuda")) == "compiled (triton)"
     assert fused.kernel_for(torch.device("meta")) == "torch"
+
+
+def test_the_scatter_without_numba_adds_in_position_order(monkeypatch):
+    """A CUDA machine without numba finishes the Triton kernel's sums with np.add.at: the same
+    additions, in the same order, as the numba scatter's."""
+    r, _, _ = _outputs((40, 64))
+    labels = bucket_labels(kcert.Labels(lambda i, w, x: (torch.arange(40 * 64) % 11 - 1).reshape(40, 64), count=12),
+                           {}, {}, r, "test")
+    plan = fused.FusedReducer().plan(r, True, (), labels, 12)
+    assert not plan.by_runs and plan.labels is not None
+    total = np.random.default_rng(0).standard_normal((plan.rows, plan.acc_size)) * np.logspace(0, 12, plan.acc_size)
+    peak, histogram = np.zeros(3), np.zeros(S.N_BINS, np.int64)
+    with_numba = fused.finish(plan, total, peak, histogram, True)
+    monkeypatch.setattr(fused, "numba", None)
+    without = fused.finish(plan, total, peak, histogram, True)
+    np.testing.assert_array_equal(without[0], with_numba[0])
+    np.testing.assert_array_equal(without[1], with_numba[1])
+
+
+@pytest.mark.parametrize("ref_dtype, has_oracle", [(torch.bfloat16, True), (torch.float16, False),
+                                                   (torch.float64, True)])
+def test_the_kernel_compiles_for_a_gpu_without_fused_multiply_adds(ref_dtype, has_oracle):
+    """No GPU is needed to compile: triton builds the kernel for an sm_90 (H100/H200) target with its
+    own ptxas. The PTX must hold no fused multiply-add (a contraction rounds once where the CPU
+    kernel rounds twice) and no flush-to-zero (a subnormal bf16 or float16 read as 0)."""
+    from kcert.execution import fused_triton
+
+    compiler = pytest.importorskip("triton.compiler")
+    target = pytest.importorskip("triton.backends.compiler").GPUTarget("cuda", 90, 32)
+    e, m, w = fused_triton._FORMATS[ref_dtype]
+    ints = {16: "*i16", 32: "*i32", 64: "*i64"}[w]
+    constants = dict(RE=e, RM=m, RW=w, PE=e, PM=m, PW=w, HAS_ORACLE=has_oracle, COMPARE=True,
+                     BLOCK=fused_triton.BLOCK, BINS=fused_triton.BINS, SATURATED=S.SATURATED_BIN)
+    signature = {"ref_ptr": ints, "prod_ptr": ints, "oracle_ptr": "*fp64", "programs_ptr": "*i64",
+                 "starts_ptr": "*i64", "entries_ptr": "*i64", "acc_ptr": "*fp64", "peaks_ptr": "*fp64",
+                 "hist_ptr": "*i64", "acc_size": "i64"} | {k: "constexpr" for k in constants}
+    if "nvidia" not in importlib.import_module("triton.backends").backends:
+        pytest.skip("this triton build has no CUDA backend")
+    source = compiler.ASTSource(fn=fused_triton._kernel, signature=signature, constexprs=constants)
+    ptx = triton.compile(source, target=target).asm["ptx"]
+    assert "add.f64" in ptx and "fma" not in ptx and ".ftz" not in ptx

@@ -72,19 +72,21 @@ if triton is not None:
     @triton.jit
     def _decode(bits, E: tl.constexpr, M: tl.constexpr, W: tl.constexpr):
         """float64 of the bit patterns of a format with E exponent and M mantissa bits in W bits."""
-        if W == 64:
-            return bits.to(tl.float64, bitcast=True)
-        u = bits.to(tl.int64) & ((1 << W) - 1)
-        exponent = (u >> M) & ((1 << E) - 1)
-        mantissa = u & ((1 << M) - 1)
-        bias: tl.constexpr = (1 << (E - 1)) - 1
-        top: tl.constexpr = (1 << E) - 1
-        wide = tl.where(exponent == top, 2047, exponent + (1023 - bias))
-        normal = ((wide << 52) | (mantissa << (52 - M))).to(tl.float64, bitcast=True)
-        # a subnormal is mantissa units of 2^(1 - bias - M), a normal float64: the product is exact
-        unit = tl.full([1], (1024 - bias - M) << 52, tl.int64).to(tl.float64, bitcast=True)
-        value = tl.where(exponent == 0, mantissa.to(tl.float64) * unit, normal)
-        return tl.where((u >> (W - 1)) != 0, -value, value)
+        if W == 64:  # (if/else, not an early return: the compiler builds code after a static return too)
+            value = bits.to(tl.float64, bitcast=True)
+        else:
+            u = bits.to(tl.int64) & ((1 << W) - 1)
+            exponent = (u >> M) & ((1 << E) - 1)
+            mantissa = u & ((1 << M) - 1)
+            bias: tl.constexpr = (1 << (E - 1)) - 1
+            top: tl.constexpr = (1 << E) - 1
+            wide = tl.where(exponent == top, 2047, exponent + (1023 - bias))
+            normal = ((wide << 52) | (mantissa << (52 - M))).to(tl.float64, bitcast=True)
+            # a subnormal is mantissa units of 2^(1 - bias - M), a normal float64: the product is exact
+            unit = tl.full([1], (1024 - bias - M) << 52, tl.int64).to(tl.float64, bitcast=True)
+            value = tl.where(exponent == 0, mantissa.to(tl.float64) * unit, normal)
+            value = tl.where((u >> (W - 1)) != 0, -value, value)
+        return value
 
     @triton.jit
     def _ulp_bin(rb, pb, W: tl.constexpr, SATURATED: tl.constexpr):
