@@ -20,7 +20,8 @@ float64's fields; subnormals as the mantissa times a power of two, exact in floa
 conversion through float32 that a GPU may flush to zero.
 
 Tested on the CPU with Triton's interpreter (``TRITON_INTERPRET=1`` set before this module is
-imported; ``tests/test_fused_triton.py``) against the CPU kernel. Not yet run on a GPU.
+imported; ``tests/test_fused_triton.py``) against the CPU kernel, and compiled (not run) for an
+sm_90 target, whose PTX holds no fused multiply-add and no flush-to-zero. Not yet run on a GPU.
 """
 
 from __future__ import annotations
