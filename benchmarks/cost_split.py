@@ -1,7 +1,8 @@
 """Where a certification's seconds go, part by part, against the floor of running the kernels.
 
-For one case (default: the daily-use issue's RMSNorm (2, 256, 1024) bf16, whose prod closes over
-its width), in CPU seconds of this process (``time.process_time``: on a machine shared with other
+For each case (``--cases``; default the daily-use issue's RMSNorm (2, 256, 1024) bf16, whose prod
+closes over its width; also RoPE, attention and the router at daily-use sizes, ``overhead.build_cases("daily")``),
+interleaved in every repeat, in CPU seconds of this process (``time.process_time``: on a machine shared with other
 jobs, wall-clock parts timed at different moments mostly measure the load), median of ``--repeats``:
 
 - the floor, per replicate, as kcert draws and runs it: the probe draws (``kcert.execution.probes``,
@@ -17,7 +18,7 @@ jobs, wall-clock parts timed at different moments mostly measure the load), medi
 - ``kcert.certify`` itself at R, and the ratio certify / (floor x R), also against the floor plus
   one read of the outputs (what kcert's reduction cannot go below).
 
-    python benchmarks/cost_split.py [--replicates 1024] [--repeats 3] [--threads 1]
+    python benchmarks/cost_split.py [--replicates 1024] [--repeats 3] [--threads 1] [--cases rmsnorm rope attention router]
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ import time
 import torch
 
 import kcert
-from kcert.catalog import norms
+import overhead  # benchmarks/overhead.py: the cases and the oracle as the runner runs it
 from kcert.certification import DEFAULT_HORIZON
 from kcert.execution import probes, seeding
-from kcert.execution.outputs import summarize
-from kcert.execution.realmode import run_real
 from kcert.execution.runner import Runner, as_outputs
 from kcert.execution.algebra import evaluate_algebra
 from kcert.gates.algebra import judge_algebra
@@ -46,13 +45,9 @@ from kcert.stats.thresholds import BiasThresholds
 CPU = torch.device("cpu")
 
 
-def rms_norm_closed_1024(x, w, eps=norms.LLAMA_EPS):
-    """F.rms_norm with its width closed over, as a module built for hidden size 1024 calls it."""
-    return torch.nn.functional.rms_norm(x, [1024], w, eps)
-
-
-def case() -> kcert.Case:
-    return norms.RMSNORM.case("rmsnorm_2x256x1024", rms_norm_closed_1024, shape=(2, 256, 1024))
+def cases() -> dict[str, kcert.Case]:
+    """The cases at daily-use sizes (the RMSNorm one is the daily-use issue's)."""
+    return overhead.build_cases("daily")
 
 
 def clock() -> float:
@@ -75,13 +70,9 @@ def per_replicate(c: kcert.Case, n: int) -> dict[str, float]:
             t2 = clock()
             b = as_outputs(c.prod(**working), "prod", "")
             t3 = clock()
-            o = as_outputs(run_real(lambda: c.ref(**exact), dtype=torch.float64, name="ref"), "oracle", "")
+            o = overhead.oracle_outputs(c, exact)
         t4 = clock()
-        if runner.layouts is None:
-            runner._summaries(r, draw, a, b, o)  # fixes the layouts (and warms the reduction)
-        else:
-            for layout, x, y, z in zip(runner.layouts, a, b, o):
-                summarize(layout, x, y, z, None, runner.workspace)
+        runner._summaries(r, draw, a, b, o)  # the runner's reduction (bucket labels included)
         t5 = clock()
         for x in (*a, *b, *o):  # one read of the outputs
             x.sum()
@@ -129,47 +120,66 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=64, help="replicates timed part by part (default 64)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cases", nargs="+", default=["rmsnorm"], choices=sorted(cases()))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    c = case()
     R = args.replicates
-    kcert.certify(c, replicates=2, max_replicates=2)  # warm-up: imports, allocator, numba
-    rows: dict[str, list[float]] = {}
-    ratios, read_ratios, outcome = [], [], ""
+    chosen = {name: cases()[name] for name in args.cases}
+    for c in chosen.values():
+        kcert.certify(c, replicates=2, max_replicates=2)  # warm-up: imports, allocator, numba
+    rows = {name: {} for name in chosen}
+    ratios = {name: ([], []) for name in chosen}
+    outcomes, verdicts = {}, {}
     for _ in range(args.repeats):
-        split = per_replicate(c, args.sample)
-        elements = split.pop("_elements")
-        fx = fixed(c, R)
-        outcome = fx.pop("_outcome") + "; identity: " + fx.pop("_identity")
-        t = clock()
-        cert = kcert.certify(c, replicates=R, max_replicates=R)
-        total = clock() - t
-        floor = sum(split[k] for k in ("draw", "ref", "prod", "oracle"))
-        for k, v in split.items():
-            rows.setdefault(f"per replicate: {k}", []).append(v)
-        rows.setdefault("per replicate: floor (draw + ref + prod + oracle)", []).append(floor)
-        rows.setdefault("ns per output element: reduction", []).append(split["reduction"] / elements * 1e9)
-        rows.setdefault("ns per output element: one read of ref, prod, oracle", []).append(
-            split["read"] / elements * 1e9)
-        rows.setdefault("reduction / one read", []).append(split["reduction"] / split["read"])
-        for k, v in fx.items():
-            rows.setdefault(f"fixed: {k}", []).append(v)
-        rows.setdefault(f"certify at R = {R}", []).append(total)
-        rows.setdefault(f"floor x {R}", []).append(floor * R)
-        ratios.append(total / (floor * R))
-        read_ratios.append(total / ((floor + split["read"]) * R))
+        for name, c in chosen.items():  # interleaved: every case in every repeat
+            split = per_replicate(c, args.sample)
+            elements = split.pop("_elements")
+            fx = fixed(c, R)
+            outcomes[name] = fx.pop("_outcome") + "; identity: " + fx.pop("_identity")
+            t = clock()
+            cert = kcert.certify(c, replicates=R, max_replicates=R)
+            total = clock() - t
+            verdicts[name] = cert.verdict.value
+            floor = sum(split[k] for k in ("draw", "ref", "prod", "oracle"))
+            row = rows[name]
+            for k, v in split.items():
+                row.setdefault(f"per replicate: {k}", []).append(v)
+            row.setdefault("per replicate: floor (draw + ref + prod + oracle)", []).append(floor)
+            row.setdefault("ns per output element: reduction", []).append(split["reduction"] / elements * 1e9)
+            row.setdefault("ns per output element: one read of ref, prod, oracle", []).append(
+                split["read"] / elements * 1e9)
+            row.setdefault("reduction / one read", []).append(split["reduction"] / split["read"])
+            for k, v in fx.items():
+                row.setdefault(f"fixed: {k}", []).append(v)
+            row.setdefault(f"certify at R = {R}", []).append(total)
+            row.setdefault(f"floor x {R}", []).append(floor * R)
+            ratios[name][0].append(total / (floor * R))
+            ratios[name][1].append(total / ((floor + split["read"]) * R))
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"CPU seconds of this process, median of {args.repeats}; parts timed on {args.sample} replicates; "
-          f"verdict {cert.verdict.value}; proof {outcome}")
+          f"CPU seconds of this process, median of {args.repeats} interleaved repeats; parts timed on {args.sample} "
+          f"replicates")
+    for name, c in chosen.items():
+        print()
+        print(f"{c.name}: verdict {verdicts[name]}; proof {outcomes[name]}")
+        print()
+        print("| part | seconds |")
+        print("| --- | --- |")
+        for k, v in rows[name].items():
+            print(f"| {k} | {statistics.median(v):.4g} |")
+        plain, read = ratios[name]
+        print(f"| **certify / (floor x R)** | **{statistics.median(plain):.3f}** (repeats: "
+              f"{', '.join(f'{r:.3f}' for r in plain)}) |")
+        print(f"| **certify / ((floor + one read) x R)** | **{statistics.median(read):.3f}** (repeats: "
+              f"{', '.join(f'{r:.3f}' for r in read)}) |")
     print()
-    print("| part | seconds |")
-    print("| --- | --- |")
-    for k, v in rows.items():
-        print(f"| {k} | {statistics.median(v):.4g} |")
-    print(f"| **certify / (floor x R)** | **{statistics.median(ratios):.3f}** (repeats: "
-          f"{', '.join(f'{r:.3f}' for r in ratios)}) |")
-    print(f"| **certify / ((floor + one read) x R)** | **{statistics.median(read_ratios):.3f}** (repeats: "
-          f"{', '.join(f'{r:.3f}' for r in read_ratios)}) |")
+    print(f"| case | reduction ns/element | reduction / one read | certify / (floor x {R}) | "
+          f"certify / ((floor + one read) x {R}) |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, c in chosen.items():
+        row = rows[name]
+        print(f"| {c.name} ({verdicts[name]}) | {statistics.median(row['ns per output element: reduction']):.2f} | "
+              f"{statistics.median(row['reduction / one read']):.2f} | {statistics.median(ratios[name][0]):.3f} | "
+              f"{statistics.median(ratios[name][1]):.3f} |")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ For each case, side by side and interleaved, median of ``--repeats``:
 (r) the runner's replicate loop alone, as certify runs it (``Runner.run(0, R)``: draws, kernels,
     bucket labels, the per-replicate reduction and the accumulators);
 (b) only drawing the probes (``kcert.execution.probes``, the runner's own rounding) and evaluating
-    ref, prod and the oracle (real mode, as the runner does) R times on the same draws;
+    ref, prod and the oracle (real mode, as the runner does) R times on the same draws: the floor;
+    in the same run, the seconds of one read of the outputs (``torch.sum`` of ref's, prod's and the
+    oracle's, each once: the memory traffic any reduction of them pays) are timed apart, giving the
+    second floor, (b) + one read;
 (c) a plain implementation: a Python loop that stores every output of ref, prod and the oracle,
     then per-bucket means and z with numpy over the stored stack, and the variance tail with
     ``scipy.stats.genpareto.fit`` in a 1000-resample bootstrap. Its loop is run on fewer replicates
@@ -30,7 +33,7 @@ whose kernels allow ``independent_leading_axis`` (here RMSNorm), a column with t
 the torch path that runs without ``kcert[fast]`` or on an accelerator), timed in the same repeats.
 
 Run: python benchmarks/overhead.py [--replicates R] [--repeats N] [--cases rmsnorm rope ...] [--threads T]
-[--device cuda]
+[--device cuda] [--size issue|daily]
 """
 
 from __future__ import annotations
@@ -72,42 +75,70 @@ def rms_norm_closed_1024(x, w, eps=norms.LLAMA_EPS):
     return torch.nn.functional.rms_norm(x, [1024], w, eps)
 
 
-def build_cases() -> dict[str, kcert.Case]:
-    """The issue's four shapes, each a catalogue reference against a positive control's kernel; and
-    the daily-use issue's RMSNorm (2, 256, 1024) whose prod closes over its width."""
-    return {
-        "rmsnorm_2x256x1024": norms.RMSNORM.case("rmsnorm_2x256x1024", rms_norm_closed_1024, shape=(2, 256, 1024),
-                                                 description="F.rms_norm(x, [1024], w) vs the catalogue RMSNorm"),
-        "rmsnorm": norms.RMSNORM.case("rmsnorm_8x1024x2048", c_norms.rms_norm_builtin, shape=(8, 1024, 2048),
-                                      description="F.rms_norm vs the catalogue RMSNorm"),
+def build_cases(size: str = "issue") -> dict[str, kcert.Case]:
+    """The issue's four shapes ("issue"), each a catalogue reference against a positive control's
+    kernel, and the daily-use issue's RMSNorm (2, 256, 1024) whose prod closes over its width; or
+    ("daily") the four at daily-use sizes (RoPE (1, 8, 256, 128), attention (1, 8, 256, 64), router
+    1024 x 64, RMSNorm (2, 256, 1024)), small enough to certify at R = 1024 in seconds."""
+    daily = size == "daily"
+    seq, heads = (256, 8) if daily else (1024, 32)
+    rms_name = "rmsnorm_2x256x1024" if daily else "rmsnorm_8x1024x2048"
+    rms = (norms.RMSNORM.case(rms_name, rms_norm_closed_1024, shape=(2, 256, 1024),
+                              description="F.rms_norm(x, [1024], w) vs the catalogue RMSNorm") if daily else
+           norms.RMSNORM.case(rms_name, c_norms.rms_norm_builtin, shape=(8, 1024, 2048),
+                              description="F.rms_norm vs the catalogue RMSNorm"))
+    cases = {
+        "rmsnorm": rms,
         "rope": rope.ROPE_LLAMA2.case(
-            "rope_1x32x1024x128", functools.partial(c_rope.rope_neox_complex, frequencies=rope.LLAMA2.frequencies),
-            output_names=("q", "k"), batch=1, heads=32, kv_heads=32, seq=1024,
+            f"rope_1x{heads}x{seq}x128", functools.partial(c_rope.rope_neox_complex, frequencies=rope.LLAMA2.frequencies),
+            output_names=("q", "k"), batch=1, heads=heads, kv_heads=heads, seq=seq,
             description="NeoX RoPE as a complex product vs transformers' rotation (Llama 2)"),
-        "attention": att.ATTENTION.case("causal_attention_1x8x1024x64", c_att._sdpa_causal_gqa, batch=1, heads=8,
-                                        kv_heads=8, seq=1024, head_dim=64,
+        "attention": att.ATTENTION.case(f"causal_attention_1x8x{seq}x64", c_att._sdpa_causal_gqa, batch=1, heads=8,
+                                        kv_heads=8, seq=seq, head_dim=64,
                                         description="F.scaled_dot_product_attention vs eager causal attention"),
         "router": moe.SOFTMAX_TOPK_ROUTER.case(
-            "router_4096x64", functools.partial(c_moe._fused_topk_softmax, **ROUTER),
-            ref=functools.partial(moe.softmax_topk_router, **ROUTER), tokens=4096, n_experts=64,
+            f"router_{4 * seq}x64", functools.partial(c_moe._fused_topk_softmax, **ROUTER),
+            ref=functools.partial(moe.softmax_topk_router, **ROUTER), tokens=4 * seq, n_experts=64,
             description="vLLM-style fused top-k softmax vs HF Mixtral/Qwen-MoE routing (64 experts, top-8)"),
     }
+    if not daily:
+        cases["rmsnorm_2x256x1024"] = build_cases("daily")["rmsnorm"]
+    return cases
 
 
-def evaluate_only(case: kcert.Case, replicates: int, seed: int = 0) -> None:
-    """(b): the runner's draws and kernel calls, nothing else."""
+def oracle_outputs(case: kcert.Case, exact: dict) -> tuple:
+    """The oracle's outputs as the runner computes them: the case's oracle, else ref in float64 real mode."""
+    if case.oracle is not None:
+        return as_outputs(case.oracle(**exact), "oracle", "")
+    return as_outputs(run_real(lambda: case.ref(**exact), dtype=torch.float64, name="ref"), "oracle", "")
+
+
+def read_once(outputs) -> float:
+    """Seconds to read every tensor of ``outputs`` once (``torch.sum``: the memory traffic any
+    reduction of them must pay)."""
+    t = CLOCK()
+    for x in outputs:
+        x.sum()
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+    return CLOCK() - t
+
+
+def evaluate_only(case: kcert.Case, replicates: int, seed: int = 0) -> float:
+    """(b): the runner's draws and kernel calls, nothing else; then one read of the outputs, whose
+    seconds are returned (to be subtracted from the call's: (b) and (b) + one read in one run)."""
     weights = probes.draw_weights(case, seed, DEVICE)
+    reading = 0.0
     for r in range(replicates):
         draw = probes.draw_inputs(case, seed, r, DEVICE)
         working = {**draw.working, **weights.working}
         exact = {**draw.exact, **weights.exact}
         with torch.no_grad():
-            case.ref(**working)
-            case.prod(**working)
-            if case.oracle is not None:
-                case.oracle(**exact)
-            else:
-                run_real(lambda: case.ref(**exact), dtype=torch.float64, name="ref")
+            a = as_outputs(case.ref(**working), "ref", "")
+            b = as_outputs(case.prod(**working), "prod", "")
+            o = oracle_outputs(case, exact)
+        reading += read_once((*a, *b, *o))
+    return reading
 
 
 def replicate_loop(case: kcert.Case, replicates: int, seed: int = 0) -> None:
@@ -136,7 +167,7 @@ def plain(case: kcert.Case, replicates: int, k: np.ndarray, resamples: int, seed
         with torch.no_grad():
             a = as_outputs(case.ref(**working), "ref", "")
             b = as_outputs(case.prod(**working), "prod", "")
-            o = as_outputs(run_real(lambda: case.ref(**exact), dtype=torch.float64, name="ref"), "oracle", "")
+            o = oracle_outputs(case, exact)
         labels = []
         for i, x in enumerate(a):
             spec = case.bucket_spec(i, len(a))
@@ -195,6 +226,8 @@ def main() -> None:
     ap.add_argument("--replicates", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", nargs="+", default=["rmsnorm", "rope", "attention", "router"])
+    ap.add_argument("--size", choices=("issue", "daily"), default="issue",
+                    help="the issue's shapes, or daily-use ones (build_cases)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="torch device for probes, kernels and oracle (e.g. cuda)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -214,7 +247,7 @@ def main() -> None:
         CLOCK = time.process_time
     if DEVICE.type == "cuda" and not torch.cuda.is_available():
         ap.error(f"--device {args.device}: CUDA is not available on this machine")
-    cases = build_cases()
+    cases = build_cases(args.size)
     unknown = set(args.cases) - set(cases)
     if unknown:
         ap.error(f"--cases: unknown {sorted(unknown)}; choose from {sorted(cases)}")
@@ -226,12 +259,15 @@ def main() -> None:
     for name in args.cases:
         case = cases[name]
         batched_case = dataclasses.replace(case, independent_leading_axis=True)
-        t = {"a": [], "r": [], "b": [], "batched": [], "torch": [], "plain": [], "speedup": []}
+        t = {"a": [], "r": [], "b": [], "b_read": [], "batched": [], "torch": [], "plain": [], "speedup": []}
         cert = None
         evaluate_only(case, 1)  # warm-up: allocator, real-mode dispatch
         replicate_loop(case, 1)
         for _ in range(args.repeats):
-            t["b"].append(timed(lambda: evaluate_only(case, R)))
+            reading = []
+            elapsed = timed(lambda: reading.append(evaluate_only(case, R)))
+            t["b"].append(elapsed - reading[0])  # the floor
+            t["b_read"].append(elapsed)  # the floor and one read of the outputs
             t["r"].append(timed(lambda: replicate_loop(case, R)))
             if args.torch_reduction:
                 os.environ["KCERT_NO_FUSED"] = "1"
@@ -258,21 +294,29 @@ def main() -> None:
         certify_1024 = fixed + 1024 * med["r"] / R
         # per repeat, side by side, then the median
         at_1024 = statistics.median(((a - r) + 1024 * r / R) / (1024 * b / R) for a, r, b in zip(t["a"], t["r"], t["b"]))
+        at_1024_read = statistics.median(((a - r) + 1024 * r / R) / (1024 * b / R)
+                                         for a, r, b in zip(t["a"], t["r"], t["b_read"]))
+        per_r_read = statistics.median(r / b for r, b in zip(t["r"], t["b_read"]))
         rows.append((name, med, per_r, fixed, at_1024, p, plain_1024, certify_1024, cert.verdict.value, per_torch,
-                     med["speedup"]))
+                     med["speedup"], at_1024_read, per_r_read))
         print(f"{name}: (a) {med['a']:.1f} s, (r) {med['r']:.1f} s, (b) {med['b']:.1f} s, per replicate (r)/(b) "
-              f"{per_r:.3f}, fixed {fixed:.1f} s, (a)/(b) at R=1024 {at_1024:.3f}; at R=1024 plain {plain_1024:.0f} s "
+              f"{per_r:.3f} (against (b) + one read {per_r_read:.3f}), fixed {fixed:.1f} s, (a)/(b) at R=1024 "
+              f"{at_1024:.3f} (against (b) + one read {at_1024_read:.3f}); at R=1024 plain {plain_1024:.0f} s "
               f"(loop at {plain_r} replicates, {p.resamples} resamples, scaled), certify {certify_1024:.0f} s"
               + (f"; batched {med['batched']:.1f} s" if "batched" in med else "")
               + (f"; per replicate with the torch reduction {per_torch:.3f}" if per_torch is not None else ""), flush=True)
     print()
-    print("| case | (b) evaluate s | (r) replicate loop s | per-replicate (r)/(b) | (a) certify s | fixed part s | "
-          "(a)/(b) at R = 1024 | (c) plain at R = 1024, s | certify at R = 1024, s | speed-up over plain |"
+    print("| case | (b) evaluate s | (b) + one read s | (r) replicate loop s | per-replicate (r)/(b) | "
+          "per-replicate (r)/((b) + one read) | (a) certify s | fixed part s | "
+          "**(a)/(b) at R = 1024** | **(a)/((b) + one read) at R = 1024** | (c) plain at R = 1024, s | "
+          "certify at R = 1024, s | speed-up over plain |"
           + (" batched certify s |" if args.batched else "") + (" per replicate, torch reduction |" if args.torch_reduction else ""))
-    print("| --- " * (10 + args.batched + args.torch_reduction) + "|")
-    for name, med, per_r, fixed, at_1024, p, plain_1024, certify_1024, verdict, per_torch, speedup in rows:
-        print(f"| {name} ({verdict}) | {med['b']:.1f} | {med['r']:.1f} | {per_r:.3f} | {med['a']:.1f} | {fixed:.1f} | "
-              f"{at_1024:.3f} | {plain_1024:.0f} (loop at {p.replicates}, {p.resamples} fits) | {certify_1024:.0f} | "
+    print("| --- " * (13 + args.batched + args.torch_reduction) + "|")
+    for (name, med, per_r, fixed, at_1024, p, plain_1024, certify_1024, verdict, per_torch, speedup, at_1024_read,
+         per_r_read) in rows:
+        print(f"| {cases[name].name} ({verdict}) | {med['b']:.2f} | {med['b_read']:.2f} | {med['r']:.2f} | {per_r:.3f} | "
+              f"{per_r_read:.3f} | {med['a']:.1f} | {fixed:.1f} | **{at_1024:.3f}** | **{at_1024_read:.3f}** | "
+              f"{plain_1024:.0f} (loop at {p.replicates}, {p.resamples} fits) | {certify_1024:.0f} | "
               f"{speedup:.1f}x |"
               + ((f" {med['batched']:.1f} |" if "batched" in med else " - |") if args.batched else "")
               + (f" {per_torch:.3f} |" if per_torch is not None else ""))

@@ -112,7 +112,9 @@ class Gaussian(Probe):
 
     def sample(self, generator, device, precision):
         x = torch.randn(self.shape, generator=generator, device=device, dtype=precision)
-        return x.mul_(self.std).add_(self.shift)
+        if self.std != 1.0:  # x * 1.0 is x, bit for bit: a pass saved (docs/benchmarks.md, the probe draw)
+            x.mul_(self.std)
+        return x.add_(self.shift)  # kept for a shift of 0: x + 0.0 turns a -0.0 into +0.0
 
     def widened(self, factor):
         return Gaussian(self.shape, shift=self.shift * factor, std=self.std * factor)
@@ -168,7 +170,9 @@ class Uniform(Probe):
 
     def sample(self, generator, device, precision):
         x = torch.rand(self.shape, generator=generator, device=device, dtype=precision)
-        return x.mul_(self.high - self.low).add_(self.low)
+        if self.high - self.low != 1.0:  # x * 1.0 and x + 0.0 (x >= 0) are x, bit for bit: passes saved
+            x.mul_(self.high - self.low)
+        return x.add_(self.low) if self.low != 0.0 else x
 
     def widened(self, factor):
         mid, half = (self.low + self.high) / 2, (self.high - self.low) / 2

@@ -18,10 +18,14 @@ own accumulators and the lanes are added in order. Grouping (:func:`group_segmen
 every accumulator position, the order of the table's additions: the sums are those of a walk
 through the table, bit for bit (``tests/test_fused.py`` checks them against one in numpy). The lanes may run on any number of threads
 (the kernel releases the GIL): the numbers never depend on the thread count, the batch size or the
-process. They differ from the torch path's by float64 round-off (sums) and not at all (extremes,
-ULP counts); the certificate names the path (``provenance.environment.reduction``).
+process. The table, the lanes and the finish are a :class:`Plan` (:meth:`FusedReducer.plan`,
+:func:`finish`), which the accelerator's kernel (:mod:`kcert.execution.fused_triton`, one Triton
+kernel for outputs on a CUDA device) follows too: its numbers are these, bit for bit. They differ
+from the torch path's by float64 round-off (sums) and not at all (extremes, ULP counts); the
+certificate names the path (``provenance.environment.reduction``).
 
-Install with ``pip install "kcert[fast]"``. Without numba, on another device, for integer outputs,
+Install with ``pip install "kcert[fast]"``. Without numba (or, on a CUDA device, triton), on
+another device, for integer outputs,
 when a summed innermost axis group would need more accumulators than there are elements, or
 when the contiguous runs are too short to amortize a segment (many runs under 16 elements),
 :meth:`FusedReducer.reduce` returns ``NOT_APPLICABLE`` and the torch path runs; ``KCERT_NO_FUSED=1``
@@ -33,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -63,6 +68,20 @@ GROUP = 4  # segments of one accumulator window swept together: its accumulators
 
 def available() -> bool:
     return numba is not None and os.environ.get(_DISABLE_ENV, "") in ("", "0")
+
+
+def kernel_for(device: torch.device) -> str:
+    """Which per-replicate reduction runs for outputs on ``device`` (the certificate's
+    ``provenance.environment.reduction``): "compiled (numba)" on the CPU, "compiled (triton)" on a
+    CUDA device (:mod:`kcert.execution.fused_triton`), else "torch"."""
+    if os.environ.get(_DISABLE_ENV, "") not in ("", "0"):
+        return "torch"
+    if device.type == "cpu":
+        return "compiled (numba)" if numba is not None else "torch"
+    if device.type == "cuda":
+        from . import fused_triton  # imports triton: only for a CUDA run
+        return "compiled (triton)" if fused_triton.available() else "torch"
+    return "torch"
 
 
 if numba is not None:
@@ -578,14 +597,36 @@ class FusedReducer:
 
     def reduce(self, ref_out: torch.Tensor, prod_out: torch.Tensor, oracle_out: torch.Tensor | None,
                bucket_axes: tuple[int, ...], labels: torch.Tensor | None, label_count: int | None,
-               compare: bool):
+               compare: bool, backend: str = "auto"):
         """``(sums (rows, G), counts (2, G), (e_prod, e_ref, peak) or None, histogram)`` with the
         rows of ``outputs._fill_rows`` (5 with an oracle, else 3); ``NONFINITE`` when a value is
         inf or nan (the caller's masked path handles it); ``NOT_APPLICABLE`` when this path
-        cannot run (see the module docstring)."""
-        if not available() or ref_out.device.type != "cpu" or ref_out.dtype not in _VALUES \
-                or prod_out.dtype not in _VALUES or ref_out.numel() == 0:
+        cannot run (see the module docstring). ``backend``: "auto" runs the numba kernel on the CPU
+        and the Triton one (:mod:`kcert.execution.fused_triton`) on a CUDA device; "triton" forces
+        the Triton kernel (on CPU tensors it needs ``TRITON_INTERPRET=1``: the tests' way)."""
+        cpu = ref_out.device.type == "cpu"
+        use_triton = backend == "triton" or (backend == "auto" and ref_out.device.type == "cuda")
+        if use_triton:
+            from . import fused_triton  # imports triton: only when a kernel is to run there
+            usable = fused_triton.available() and os.environ.get(_DISABLE_ENV, "") in ("", "0")
+        else:
+            usable = available() and cpu
+        if not usable or ref_out.dtype not in _VALUES or prod_out.dtype not in _VALUES or ref_out.numel() == 0:
             return NOT_APPLICABLE
+        plan = self.plan(ref_out, oracle_out is not None, bucket_axes, labels, label_count)
+        if plan is NOT_APPLICABLE:
+            return NOT_APPLICABLE
+        if use_triton:
+            total, peak, histogram = fused_triton.reduce(plan, ref_out, prod_out, oracle_out, compare)
+        else:
+            total, peak, histogram = self._reduce_cpu(plan, ref_out, prod_out, oracle_out, compare)
+        return finish(plan, total, peak, histogram, oracle_out is not None)
+
+    def plan(self, ref_out: torch.Tensor, has_oracle: bool, bucket_axes: tuple[int, ...],
+             labels: torch.Tensor | None, label_count: int | None) -> Plan | str:
+        """The :class:`Plan` of an output (its segment table, accumulators and lanes), or
+        ``NOT_APPLICABLE`` (see the module docstring). A function of the shape, the buckets and
+        the labels only: both kernels follow it, so both give the same numbers."""
         shape = tuple(ref_out.shape)
         numel = ref_out.numel()
         if labels is None:
@@ -595,7 +636,7 @@ class FusedReducer:
         groups = merge_axis_groups(shape, kept)
         positions = math.prod(s for s, k in groups if k)
         inner, inner_kept = groups[-1]
-        rows = 5 if oracle_out is not None else 3
+        rows = 5 if has_oracle else 3
         width = min(inner, WIDTH)
         if not inner_kept:  # positions b * width + t: bounded memory, summed over width below
             width = max(1, min(width, ACC_MEMORY // (8 * rows * positions)))
@@ -606,46 +647,91 @@ class FusedReducer:
         if len(segments) > MANY_SEGMENTS and numel < MIN_SEGMENT * len(segments):
             return NOT_APPLICABLE  # short innermost runs (e.g. (N, 2) bucketed by the last axis): torch is faster
         by_runs = False
+        flat, g = None, positions
         if labels is not None:
-            flat = compact.contiguous().reshape(-1).numpy()
+            flat = compact.contiguous().reshape(-1).cpu().numpy()
             g = max(int(flat.max()) + 1, label_count or 0)
             runs = self._label_segments(groups, width, segments, flat, g, numel) if inner_kept else None
             if runs is not None:  # accumulate in label space; [g, g + width) takes the excluded elements
                 (segments, groupings), acc_size, by_runs = runs, g + width, True
         lanes = lanes_for(len(segments), numel, 8 * rows * acc_size)
-        acc = np.zeros((lanes, rows, acc_size))
-        peaks = np.zeros((lanes, 3, width))
-        histogram = np.zeros((lanes, N_BINS), np.int64)
+        bounds = tuple(len(segments) * i // lanes for i in range(lanes + 1))
+        return Plan(numel, rows, width, positions, inner_kept, acc_size, segments, bounds, groupings, flat, g,
+                    by_runs)
+
+    def _reduce_cpu(self, plan: Plan, ref_out, prod_out, oracle_out, compare: bool):
+        """The numba kernel over the plan's lanes: (lane sums added in lane order, peaks, histogram)."""
+        acc = np.zeros((plan.lanes, plan.rows, plan.acc_size))
+        peaks = np.zeros((plan.lanes, 3, plan.width))
+        histogram = np.zeros((plan.lanes, N_BINS), np.int64)
         ref = _as_array(ref_out, _VALUES[ref_out.dtype])
         prod = _as_array(prod_out, _VALUES[prod_out.dtype])
         oracle = (oracle_out.to(torch.float64).contiguous().reshape(-1).numpy() if oracle_out is not None
                   else np.zeros(0, np.float64))
-        bounds = [len(segments) * i // lanes for i in range(lanes + 1)]
-        grouping = groupings.get(tuple(bounds))
+        grouping = plan.groupings.get(plan.bounds)
         if grouping is None:
-            grouping = groupings[tuple(bounds)] = group_segments(segments, bounds)
+            grouping = plan.groupings[plan.bounds] = group_segments(plan.segments, list(plan.bounds))
         table, group_bounds = grouping
 
         def run(i):
             _lane(table[group_bounds[i]:group_bounds[i + 1]], ref, prod, oracle, bool(compare), acc[i], peaks[i],
                   histogram[i])
 
-        self._map(run, list(range(lanes)))
+        self._map(run, list(range(plan.lanes)))
         total = acc[0]
-        for i in range(1, lanes):  # in lane order: the numbers do not depend on the threads
+        for i in range(1, plan.lanes):  # in lane order: the numbers do not depend on the threads
             total = total + acc[i]
-        if not inner_kept:
-            total = total.reshape(rows, positions, width).sum(-1)
-        peak = peaks.max(axis=(0, 2))
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: exactly what is checked
-            finite = np.isfinite(total.sum()) and np.isfinite(peak).all()
-        if not finite:
-            return NONFINITE
-        if labels is None:
-            g = positions
-            counts = np.broadcast_to(np.float64(numel / g), (2, g))
-        else:
-            total = total[:, :g] if by_runs else _scatter(total, flat, g)
-            counts = np.bincount(flat[flat >= 0], minlength=g).astype(np.float64) * (numel // flat.size)
-            counts = np.broadcast_to(counts, (2, g))
-        return total, counts, (tuple(float(v) for v in peak) if oracle_out is not None else None), histogram.sum(0)
+        return total, peaks.max(axis=(0, 2)), histogram.sum(0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one output is reduced (:meth:`FusedReducer.plan`): ``segments`` (element offset,
+    accumulator offset, length) in the order of the additions, cut into lanes at ``bounds``; each
+    lane sums into its own ``(rows, acc_size)`` accumulators, which are added in lane order; with a
+    summed innermost group the accumulators are then folded over ``width``; with labels
+    (``labels``, flat, over the compact positions) they are in label space (``by_runs``) or
+    scattered to the ``g`` buckets."""
+
+    numel: int
+    rows: int
+    width: int
+    positions: int
+    inner_kept: bool
+    acc_size: int
+    segments: np.ndarray
+    bounds: tuple[int, ...]
+    groupings: dict  # the CPU kernel's groups of segments by bounds (group_segments), cached per layout
+    labels: np.ndarray | None
+    g: int
+    by_runs: bool
+
+    @property
+    def lanes(self) -> int:
+        return len(self.bounds) - 1
+
+
+def finish(plan: Plan, total: np.ndarray, peak: np.ndarray, histogram: np.ndarray, has_oracle: bool):
+    """``FusedReducer.reduce``'s result from the lanes' summed accumulators ``total`` (rows,
+    acc_size), the maxima ``peak`` (3,) and the ULP ``histogram``: the same code for both kernels."""
+    if not plan.inner_kept:
+        total = total.reshape(plan.rows, plan.positions, plan.width).sum(-1)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: exactly what is checked
+        finite = np.isfinite(total.sum()) and np.isfinite(peak).all()
+    if not finite:
+        return NONFINITE
+    numel, flat, g = plan.numel, plan.labels, plan.g
+    if flat is None:
+        counts = np.broadcast_to(np.float64(numel / g), (2, g))
+    else:
+        if plan.by_runs:
+            total = total[:, :g]
+        elif numba is not None:
+            total = _scatter(total, flat, g)
+        else:  # the Triton kernel without numba: np.add.at adds in position order too, unbuffered
+            out = np.zeros((total.shape[0], g + 1))
+            np.add.at(out, (slice(None), np.where(flat >= 0, flat, g)), total)
+            total = out[:, :g]
+        counts = np.bincount(flat[flat >= 0], minlength=g).astype(np.float64) * (numel // flat.size)
+        counts = np.broadcast_to(counts, (2, g))
+    return total, counts, (tuple(float(v) for v in peak) if has_oracle else None), histogram

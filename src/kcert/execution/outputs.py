@@ -3,8 +3,8 @@
 For every replicate the full outputs are reduced at once to O(buckets) numbers and O(1) error
 norms, so no output is ever stored across replicates. Three paths give the same numbers (sums to
 float64 round-off, extremes and ULP counts exactly): the compiled single pass of
-:mod:`kcert.execution.fused` on the CPU when numba is installed, chunked torch passes otherwise
-(and on accelerators), and the masked path when a value is inf or nan.
+:mod:`kcert.execution.fused` (numba on the CPU, Triton on a CUDA device: the same numbers, bit for
+bit), chunked torch passes otherwise, and the masked path when a value is inf or nan.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def summarize(layout: OutputLayout, ref_out: torch.Tensor, prod_out: torch.Tenso
             e_prod, e_ref, peak = peaks if peaks is not None else (float("nan"),) * 3
             return _finish(_all_rows(sums), counts, e_prod, e_ref, peak, 0, 0, histogram)
         if path == "compiled":
-            raise ParameterError("path='compiled': the compiled reduction does not apply here (numba missing, "
-                                 "an accelerator tensor, or an unsupported layout)")
+            raise ParameterError("path='compiled': the compiled reduction does not apply here (numba missing on the "
+                                 "CPU or triton on a CUDA device, another device, or an unsupported layout)")
     fast = _summarize_finite(layout, ref_out, prod_out, oracle_out, labels, ws)
     return fast if fast is not None else _summarize_masked(layout, ref_out, prod_out, oracle_out, labels)
 
