@@ -42,6 +42,21 @@ def interpreted():
         importlib.reload(fused_triton)
 
 
+@pytest.fixture
+def jit_built():
+    """fused_triton with its kernels decorated for compilation, whatever an earlier test left in
+    ``TRITON_INTERPRET`` (the control suite's Triton families set it for the whole process)."""
+    from kcert.execution import fused_triton
+
+    mp = pytest.MonkeyPatch()
+    mp.delenv("TRITON_INTERPRET", raising=False)
+    try:
+        yield importlib.reload(fused_triton)
+    finally:
+        mp.undo()
+        importlib.reload(fused_triton)
+
+
 def _outputs(shape, ref_dtype=torch.bfloat16, prod_dtype=None, seed=3):
     g = torch.Generator().manual_seed(seed)
     exact = torch.randn(shape, generator=g, dtype=torch.float64) + 0.1
@@ -163,11 +178,11 @@ def test_the_scatter_without_numba_adds_in_position_order(monkeypatch):
 
 @pytest.mark.parametrize("ref_dtype, has_oracle", [(torch.bfloat16, True), (torch.float16, False),
                                                    (torch.float64, True)])
-def test_the_kernel_compiles_for_a_gpu_without_fused_multiply_adds(ref_dtype, has_oracle):
+def test_the_kernel_compiles_for_a_gpu_without_fused_multiply_adds(ref_dtype, has_oracle, jit_built):
     """No GPU is needed to compile: triton builds the kernel for an sm_90 (H100/H200) target with its
     own ptxas. The PTX must hold no fused multiply-add (a contraction rounds once where the CPU
     kernel rounds twice) and no flush-to-zero (a subnormal bf16 or float16 read as 0)."""
-    from kcert.execution import fused_triton
+    fused_triton = jit_built
 
     compiler = pytest.importorskip("triton.compiler")
     target = pytest.importorskip("triton.backends.compiler").GPUTarget("cuda", 90, 32)
