@@ -38,12 +38,13 @@ def command_line(words: Sequence[str], *, replicates: int, horizon: float, seed:
     >>> command_line(["kcert", "demo"], replicates=1024, horizon=1234567.8, seed=0)
     'kcert demo --replicates 1024 --horizon 1234567.8 --seed 0'
     """
-    line = [*words, *flag_words(_FLAGS["replicates"], replicates), *flag_words(_FLAGS["horizon"], float(horizon)),
-            *flag_words(_FLAGS["seed"], seed)]
+    spelled = settings.FLAGS  # the command's own ``flags`` come last
+    line = [*words, *flag_words(spelled["replicates"], replicates), *flag_words(spelled["horizon"], float(horizon)),
+            *flag_words(spelled["seed"], seed)]
     if max_replicates is not None:
-        line += flag_words(_FLAGS["max_replicates"], max_replicates)
+        line += flag_words(spelled["max_replicates"], max_replicates)
     if device != "cpu":
-        line += flag_words(_FLAGS["device"], device)
+        line += flag_words(spelled["device"], device)
     return shlex.join([*line, *flags])
 
 
@@ -64,8 +65,6 @@ def certify_call(case: str, *, replicates: int, horizon: float, seed: int, max_r
     args += [f"{k}={v!r}" for k, v in (extras or {}).items()]
     return f"kcert.certify({', '.join(args)})"
 
-
-_FLAGS = settings.FLAGS
 
 
 def flag_words(flag: Flag, value) -> list[str]:

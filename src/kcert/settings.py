@@ -195,8 +195,8 @@ class Settings:
             settings, overrides = None, {"replicates": settings, **overrides}
         if settings is not None and not isinstance(settings, Settings):
             raise ParameterError(f"settings must be a kcert.Settings or None, got {type(settings).__name__} "
-                                 f"{settings!r} (an integer there is the replicates; give the other settings by keyword: "
-                                 f"certify(case, 1024, seed=3))")
+                                 f"{settings!r} (an integer there is the replicates; give the other settings by "
+                                 f"keyword: certify(case, 1024, seed=3))")
         unknown = sorted(set(overrides) - set(NAMES))
         if unknown:
             raise ParameterError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(NAMES)}")

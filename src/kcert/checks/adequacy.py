@@ -32,7 +32,7 @@ from ..settings import Settings
 from ..verdict import Verdict
 from .fakes import build_fakes
 from ..results.checks import AdequacyResult, FakeResult
-from .short import short_run
+from .short import clipped, short_run
 
 REPLICATES = 64  # the short run of a fake the algebra gate does not FAIL (one accumulation block)
 ALGEBRA_POINTS = 2  # probe draws of a fake's algebra gate (and as many wide draws)
@@ -40,8 +40,7 @@ _REASON_CHARS = 220
 
 
 def _short(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
+    return clipped(text, _REASON_CHARS)
 
 
 def run_adequacy(case: Case, weights: probes.Draw, settings: Settings, probe: str | None = None) -> AdequacyResult:

@@ -52,6 +52,12 @@ def short_run(case: Case, settings: Settings, replicates: int, algebra_points: i
     return ShortRun(algebra, run_core(case, s).certificate)
 
 
+def clipped(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters with "..." (a check's stored reason)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def confirm(case: Case, settings: Settings, replicates: int, algebra_points: int, seed: int) -> Certificate:
     """A fresh run of every gate at ``seed`` (a screen's FAIL counts only when such a run confirms it)."""
     return run_core(case, short_settings(settings, replicates, algebra_points, seed)).certificate

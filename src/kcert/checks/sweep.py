@@ -24,7 +24,7 @@ from ..settings import Settings
 from ..verdict import Verdict
 from ..results.checks import ShapeResult, ShapeSweepResult
 from .shapes import variants
-from .short import confirm, short_run
+from .short import clipped, confirm, short_run
 
 REPLICATES = 64
 CONFIRM = 256  # replicates of the run that must confirm a FAIL of the short run
@@ -33,8 +33,7 @@ _REASON_CHARS = 240
 
 
 def _short(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
+    return clipped(text, _REASON_CHARS)
 
 
 def _trial(case: Case, seed: int, device) -> tuple[str, str]:

@@ -151,7 +151,12 @@ def check_run_options(args) -> str | None:
 
 def check_threads(args) -> str | None:
     """Why ``--threads`` cannot work (commands whose other options need no check), or None."""
-    return None if args.threads >= 1 else f"--threads must be an integer >= 1, got {args.threads}"
+    own = _OWN["threads"]
+    try:
+        own.rule(own.flag.name, args.threads)
+    except ParameterError as exc:
+        return str(exc)
+    return None
 
 
 def run_flags(args, defaults: dict) -> list[str]:
