@@ -16,22 +16,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .case import Case, check_probe_sizes
-from .certificate import AlgebraResult, BiasResult, Certificate, OutputInfo, Provenance, VarianceResult
+from .certificate import Certificate, OutputInfo, Provenance
 from .errors import KernelError, ParameterError
 from .execution import checkpoint as _ckpt
 from .execution import compiled, distributed, seeding
 from .execution.algebra import evaluate_algebra
 from .execution.environment import describe_environment
-from .execution.probes import Draw
 from .execution.runner import Runner
 from .execution.schedule import Saver, TimeLimit, look_schedule, resume as _resume, run_looks
-from .gates.algebra import judge_algebra
-from .gates.bias import judge_bias
+from .gates import registry
 from .gates.bitwise import judge_bitwise
-from .gates.variance import interval_is_decisive, judge_variance
+from .gates.judging import Judging
 from .reproduce import library_call
+from .results.gates import ALGEBRA, BIAS, BUILTIN, VARIANCE, GateOutcome
 from .settings import Settings
-from .stats.ulp import harm_format
 from .verdict import Verdict
 
 __all__ = ["Clock", "CoreRun", "run_core"]
@@ -43,7 +41,7 @@ class CoreRun:
     draw the same ones) and the clock that times every stage."""
 
     certificate: Certificate
-    weights: Draw
+    weights: object  # execution.probes.Draw
     clock: Clock
 
 
@@ -68,7 +66,7 @@ class Clock:
     """Seconds spent per stage of one certification (``provenance.timings``), and the run's events.
     The replicate phase's time is what is left of it once the judging done between looks is taken out."""
 
-    STAGES = ("replicates", "algebra", "bias", "variance", "l0", "peer_rules", "shape_sweep", "adequacy")
+    AFTER_GATES = ("l0", "peer_rules", "shape_sweep", "adequacy")  # the stages after the gates, in order
 
     def __init__(self, on_event: Callable[[str, dict], None]):
         self.started = time.perf_counter()
@@ -91,44 +89,83 @@ class Clock:
         finally:
             self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
 
+    @classmethod
+    def stages(cls) -> tuple[str, ...]:
+        """Every stage, in the order ``provenance.timings`` lists them: the replicates, each gate of the
+        registry, then L0 and the checks."""
+        return ("replicates", *(j.gate.name for j in registry.JUDGES), *cls.AFTER_GATES)
+
     def timings(self) -> dict[str, float]:
-        return {stage: round(self.seconds[stage], 6) for stage in self.STAGES if stage in self.seconds}
+        return {stage: round(self.seconds[stage], 6) for stage in self.stages() if stage in self.seconds}
 
 
 class _Looks:
     """Judges the run after each look and says whether more replicates could change the verdict.
-    More replicates only serve the variance interval: once it is decisive, or another gate FAILs
-    (then the combined verdict is FAIL whatever they show), the run stops."""
+    More replicates only serve the gates judged at every look (the variance interval): once each of
+    their results is decisive, or another gate FAILs (then the combined verdict is FAIL whatever they
+    show), the run stops (:class:`kcert.gates.registry.Judge`)."""
 
     def __init__(self, case: Case, settings: Settings, runner: Runner, planned_looks: int, clock: Clock):
         self.case, self.settings, self.runner, self.planned_looks = case, settings, runner, planned_looks
         self.clock = clock
         self.oracle = True
-        self.variance: tuple[VarianceResult, ...] = ()
-        self.algebra: AlgebraResult | None = None  # judged early when it decided the stop
+        self.looks: tuple[int, ...] = ()
+        self.looked: dict[str, tuple] = {}  # the gates judged at every look: their last look's results
+        self.kept: dict[str, tuple] = {}  # gates whose evidence does not grow with R, judged early to stop
         self.settled: str | None = None  # why more looks could not change the combined verdict
 
-    def __call__(self, looks: tuple[int, ...]) -> bool:
+    def judging(self) -> Judging:
         s, runner = self.settings, self.runner
-        self.oracle = runner.oracle_unavailable is None
-        with self.clock.measure("variance"):
-            self.variance = _judge_variance(self.case, s, runner, looks, self.planned_looks) if self.oracle else ()
-        if not self.oracle or all(interval_is_decisive(v) for v in self.variance) or looks[-1] >= s.max_replicates:
+        accumulators = tuple(runner.accumulators)
+        return Judging(
+            case=self.case, settings=s, accumulators=accumulators, oracle=self.oracle,
+            output_seeds=tuple(seeding.derived_seed(s.seed, seeding.BOOTSTRAP, acc.layout.index)
+                               for acc in accumulators),
+            looks=self.looks, planned_looks=self.planned_looks,
+            algebra_evidence=lambda: evaluate_algebra(self.case, runner.weights, s.seed, s.device, s.algebra_points,
+                                                      s.algebra_points, proof=s.algebra_proof))
+
+    def judge(self, judge: registry.Judge, judging: Judging) -> tuple:
+        """One gate's results, timed under its name (a gate the registry says outlives the replicates is
+        judged once and kept)."""
+        name = judge.gate.name
+        if not judge.grows and name in self.kept:
+            return self.kept[name]
+        if judge.announce:
+            self.clock.event("stage", stage=name)
+        with self.clock.measure(name):
+            results = () if judge.needs_oracle and not judging.oracle else tuple(judge.judge(judging))
+        if not judge.grows:
+            self.kept[name] = results
+        return results
+
+    def __call__(self, looks: tuple[int, ...]) -> bool:
+        self.oracle = self.runner.oracle_unavailable is None
+        self.looks = tuple(looks)
+        judging = self.judging()
+        decisive = True
+        for judge in registry.JUDGES:
+            if judge.every_look:
+                self.looked[judge.gate.name] = results = self.judge(judge, judging)
+                decisive = decisive and all(judge.decisive(r) for r in results)
+        if decisive or looks[-1] >= self.settings.max_replicates:
             return True
-        with self.clock.measure("bias"):
-            bias = _judge_bias(self.case, s, runner, self.oracle)
-        if any(b.verdict is Verdict.FAIL for b in bias):
-            self.settled = "the bias gate FAILs"
-        else:
-            self.algebra = self.algebra or _judge_algebra(self.case, s, runner, self.clock)
-            if self.algebra.verdict is Verdict.FAIL:
-                self.settled = "the algebra gate FAILs"
+        for judge in _between_looks():
+            if any(r.verdict is Verdict.FAIL for r in self.judge(judge, judging)):
+                self.settled = f"the {judge.gate.name} gate FAILs"
+                break
         return self.settled is not None
 
     def settled_note(self, looks: list[int]) -> str | None:
         if self.settled is None:
             return None
         return f"replicates stopped at the look of {looks[-1]}: {self.settled}, so more looks could not change the verdict"
+
+
+def _between_looks() -> list[registry.Judge]:
+    """The gates not judged at every look, those that read the accumulators first (cheap) before those
+    that run kernels of their own."""
+    return sorted((j for j in registry.JUDGES if not j.every_look), key=lambda j: not j.grows)
 
 
 def _run(case: Case, s: Settings, progress, clock: Clock) -> tuple[Runner, list[int], _Looks, dict | None]:
@@ -159,45 +196,24 @@ def _run(case: Case, s: Settings, progress, clock: Clock) -> tuple[Runner, list[
 
 @dataclass(frozen=True)
 class _Gates:
-    algebra: AlgebraResult
-    bias: tuple[BiasResult, ...]
-    variance: tuple[VarianceResult, ...]
+    results: dict[str, tuple]  # gate name -> its results, in the registry's order
     bitwise: tuple
 
 
 def _judge(case: Case, s: Settings, runner: Runner, judged: _Looks, clock: Clock) -> _Gates:
-    """Every gate on what the run accumulated (the variance gate as judged at the last look)."""
-    with clock.measure("bias"):
-        bias = _judge_bias(case, s, runner, judged.oracle)
+    """Every gate of the registry on what the run accumulated (a gate judged at every look: as at the
+    last look; one judged early to stop the run: as then), and L0."""
+    judging = judged.judging()
+    found = dict(judged.looked)
+    between = _between_looks()
+    for judge in (j for j in between if j.grows):
+        found[judge.gate.name] = judged.judge(judge, judging)
     with clock.measure("l0"):
         bitwise = tuple(judge_bitwise(acc, runner.early_moments(i, len(acc.replicate)), s.bias_thresholds.z_star)
-                        for i, acc in enumerate(runner.accumulators))  # L0: informational
-    algebra = judged.algebra or _judge_algebra(case, s, runner, clock)
-    return _Gates(algebra, bias, judged.variance, bitwise)
-
-
-def _judge_variance(case: Case, s: Settings, runner: Runner, looks: tuple[int, ...], planned_looks: int):
-    return tuple(
-        judge_variance(acc.layout.name, acc.layout.dtype_name, *acc.errors(), s.horizon, s.variance_thresholds,
-                       seeding.derived_seed(s.seed, seeding.BOOTSTRAP, acc.layout.index), looks, planned_looks,
-                       harm_format=harm_format(acc.layout.dtype_name, case.training_format))
-        for acc in runner.accumulators
-    )
-
-
-def _judge_bias(case: Case, s: Settings, runner: Runner, oracle: bool) -> tuple[BiasResult, ...]:
-    return tuple(judge_bias(acc, s.bias_thresholds, s.horizon, attribution=oracle,
-                            dtypes_may_differ=case.dtypes_may_differ,
-                            harm_format=harm_format(acc.layout.dtype_name, case.training_format))
-                 for acc in runner.accumulators)
-
-
-def _judge_algebra(case: Case, s: Settings, runner: Runner, clock: Clock) -> AlgebraResult:
-    clock.event("stage", stage="algebra")
-    with clock.measure("algebra"):
-        evidence = evaluate_algebra(case, runner.weights, s.seed, s.device, s.algebra_points, s.algebra_points,
-                                    proof=s.algebra_proof)
-        return judge_algebra(evidence, s.accept_untested_algebra, s.bias_thresholds.ulp_floor)
+                        for i, acc in enumerate(runner.accumulators))  # L0: informational, not a gate
+    for judge in (j for j in between if not j.grows):  # those that run kernels of their own: last
+        found[judge.gate.name] = judged.judge(judge, judging)
+    return _Gates({j.gate.name: found.get(j.gate.name, ()) for j in registry.JUDGES}, bitwise)
 
 
 def _assemble(case: Case, s: Settings, runner: Runner, looks: list[int], gates: _Gates, judged: _Looks,
@@ -222,15 +238,19 @@ def _assemble(case: Case, s: Settings, runner: Runner, looks: list[int], gates: 
         wall_time_s=0.0,  # set with the timings once the checks have run
         resumed=resumed,
     )
+    skipped = None if judged.oracle else f"no float64 oracle: {runner.oracle_unavailable}"
+    needs_oracle = [j.gate for j in registry.JUDGES if j.needs_oracle]  # skipped without the oracle
     return Certificate(
         case=case.name,
-        algebra=gates.algebra,
-        bias=gates.bias,
-        variance=gates.variance,
+        algebra=gates.results[ALGEBRA.name][0],
+        bias=gates.results[BIAS.name],
+        variance=gates.results[VARIANCE.name],
         outputs=outputs,
         provenance=provenance,
-        variance_skipped_reason=None if judged.oracle else f"no float64 oracle: {runner.oracle_unavailable}",
+        variance_skipped_reason=skipped if VARIANCE in needs_oracle else None,
         description=case.description,
         bitwise=gates.bitwise,
         notes=tuple(n for n in notes if n),
+        extra_gates=tuple(GateOutcome(j.gate, gates.results[j.gate.name], skipped if j.gate in needs_oracle else None)
+                          for j in registry.JUDGES if j.gate not in BUILTIN),
     )

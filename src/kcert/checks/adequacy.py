@@ -27,7 +27,7 @@ from ..case import Case
 from ..errors import KcertError
 from ..execution import probes
 from ..execution.runner import as_outputs
-from ..results.sentences import gate_sentences
+from ..results.gates import ALGEBRA, gate_sentences
 from ..settings import Settings
 from ..verdict import Verdict
 from .fakes import build_fakes
@@ -64,7 +64,7 @@ def run_adequacy(case: Case, weights: probes.Draw, settings: Settings, probe: st
         try:
             run = short_run(fake_case, settings, REPLICATES, ALGEBRA_POINTS, weights)
             if run.failed_algebra:
-                results.append(FakeResult(fake.name, fake.description, True, "FAIL", (("algebra", "FAIL"),),
+                results.append(FakeResult(fake.name, fake.description, True, "FAIL", ((ALGEBRA.name, "FAIL"),),
                                           _short(run.algebra.reason), rejected_by=(probe,)))
                 continue
             cert = run.certificate

@@ -19,7 +19,7 @@ from ..case import Case
 from ..errors import KcertError
 from ..execution import probes
 from ..execution.frames import kernel_frame
-from ..results.sentences import gate_sentences
+from ..results.gates import ALGEBRA, gate_sentences
 from ..settings import Settings
 from ..verdict import Verdict
 from ..results.checks import ShapeResult, ShapeSweepResult
@@ -71,7 +71,7 @@ def run_sweep(case: Case, settings: Settings) -> ShapeSweepResult | None:
         try:
             run = short_run(v.case, settings, REPLICATES, ALGEBRA_POINTS)
             if run.failed_algebra:
-                results.append(ShapeResult(v.label, v.shapes, "run", "FAIL", (("algebra", "FAIL"),),
+                results.append(ShapeResult(v.label, v.shapes, "run", "FAIL", ((ALGEBRA.name, "FAIL"),),
                                            _short(f"algebra FAIL: {run.algebra.reason}")))
                 continue
             cert = run.certificate

@@ -16,12 +16,13 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
                            TimeRemainingColumn)
 from rich.text import Text
 
+from ..results.gates import BUILTIN
 from .runtime import human
 
 ESTIMATE_AFTER = (3, 2.0)  # replicates and seconds after the first one (its warm-up is left out of the rate)
 ESTIMATE_LATEST = 20.0  # seconds after the first replicate: estimate from whatever finished by then
 LONG_RUN = 3600.0  # seconds: an estimate above this warns even without --max-time (and with --quiet)
-STAGES = {"algebra": "the algebra gate (identity test, symbolic proof or precision ladder)",
+STAGES = {**{g.name: g.doing for g in BUILTIN},  # a gate the registry adds: its name
           "checks": "the checks after the gates (peer rules, shape sweep, adequacy)"}
 
 

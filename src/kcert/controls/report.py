@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..report.jsonio import to_dict
 from ..report.terminal import STYLE
+from ..results.gates import ALGEBRA, BIAS, VARIANCE
 from ..verdict import Verdict
 from .suite import DIFFERS_SHARE, ControlResult, SuiteSummary
 
@@ -58,15 +59,15 @@ def summary_lines(s: SuiteSummary) -> list[str]:
 
 def render_table(results: list[ControlResult], summary: SuiteSummary, console: Console) -> None:
     t = Table(header_style="bold", title="kcert control suite", title_justify="left")
-    for col in ("control", "kind", "family", "half", "source", "algebra", "algebra level", "bias", "variance",
+    for col in ("control", "kind", "family", "half", "source", ALGEBRA.name, "algebra level", BIAS.name, VARIANCE.name,
                 "verdict", "report rules", "differs", "deciding figure", "s"):
         t.add_column(col, overflow="fold")
     for r in results:
         gates = r.gates
         t.add_row(
             r.control.name, r.control.kind, r.control.family, r.control.half, r.control.source,
-            Text(_v(gates.get("algebra")), style=STYLE.get(gates.get("algebra"), "")), _level(r),
-            *(Text(_v(gates.get(g)), style=STYLE.get(gates.get(g), "")) for g in ("bias", "variance")),
+            Text(_v(gates.get(ALGEBRA.name)), style=STYLE.get(gates.get(ALGEBRA.name), "")), _level(r),
+            *(Text(_v(gates.get(g)), style=STYLE.get(gates.get(g), "")) for g in (BIAS.name, VARIANCE.name)),
             Text(_v(r.verdict), style=STYLE.get(r.verdict, "bold red")),
             _v(r.report_rules_verdict()), _differs(r),
             r.deciding_figure(), f"{r.seconds:.1f}",
@@ -99,7 +100,8 @@ def markdown(results: list[ControlResult], summary: SuiteSummary, command: str) 
         g = r.gates
         rows.append(
             f"| `{r.control.name}` | {r.control.kind} | {r.control.family} | {r.control.half} | {r.control.source} | "
-            f"{_v(g.get('algebra'))} | {_level(r).replace('|', '/')} | {_v(g.get('bias'))} | {_v(g.get('variance'))} | "
+            f"{_v(g.get(ALGEBRA.name))} | {_level(r).replace('|', '/')} | {_v(g.get(BIAS.name))} | "
+            f"{_v(g.get(VARIANCE.name))} | "
             f"**{_v(r.verdict)}** | "
             f"{_v(r.report_rules_verdict())} | {_differs(r)} | {r.deciding_figure().replace('|', '/')} |"
         )

@@ -12,11 +12,11 @@ from ..certificate import Certificate
 from ..certification import certify
 from ..errors import KcertError
 from ..gates.bias import rejudge
+from ..results.gates import ALGEBRA, BIAS, BUILTIN, VARIANCE
 from ..stats.bias import REPORT_RULES
 from ..verdict import Verdict, combine
 from .registry import Control
 
-GATES = ("algebra", "bias", "variance")
 # A positive is null evidence only where prod differs from ref: at least this share of its elements
 # must differ bitwise (below it the pair is a sanity check, not evidence that the gates stay quiet
 # on a real difference). Fixed before the suite was measured against it.
@@ -47,7 +47,7 @@ class ControlResult:
         c = self.certificate
         bias = [rejudge(b, REPORT_RULES).verdict for b in c.bias]
         gates = dict(c.gates)
-        gates["bias"] = Verdict.worst(bias) if bias else c.gates["bias"]
+        gates[BIAS.name] = Verdict.worst(bias) if bias else c.gates[BIAS.name]
         return gates
 
     def report_rules_verdict(self) -> Verdict | None:
@@ -97,10 +97,10 @@ class ControlResult:
             return self.error or ""
         if self.step is not None:
             return f"step: {self.step.dependence}"
-        worst = max(GATES, key=lambda g: c.gates[g].severity)
+        worst = max(c.gates, key=lambda g: c.gates[g].severity)
         if c.gates[worst] is Verdict.PASS:
-            worst = "bias"
-        if worst == "algebra":
+            worst = BIAS.name
+        if worst == ALGEBRA.name:
             a = c.algebra
             judged = [o for o in a.ladder.outputs if o.judged] if a.ladder is not None else []
             if judged:
@@ -112,7 +112,7 @@ class ControlResult:
             if not math.isfinite(o.discrepancy_float64):
                 return "algebra: non-finite where the other side is finite (real mode)"
             return f"algebra: rel. discrepancy {o.discrepancy_float64:.2g} (f32/f64 shrink {o.shrink:.2g})"
-        if worst == "variance":
+        if worst == VARIANCE.name:
             if not c.variance:
                 return "variance skipped"
             v = max(c.variance, key=lambda v: v.verdict.severity)
@@ -187,13 +187,13 @@ def run_controls(controls: Iterable[Control], seed: int = 0, quick: bool = False
 def summarize(results: list[ControlResult]) -> SuiteSummary:
     neg = [r for r in results if r.control.kind == "negative"]
     pos = [r for r in results if r.control.kind == "positive"]
-    only_by: dict[str, list[str]] = {g: [] for g in GATES}
+    only_by: dict[str, list[str]] = {g.name: [] for g in BUILTIN}
     for r in neg:
         if r.certificate is None:
             continue
-        flagged = [g for g in GATES if r.gates[g] in (Verdict.WARN, Verdict.FAIL)]
+        flagged = [g for g in r.gates if r.gates[g] in (Verdict.WARN, Verdict.FAIL)]
         if len(flagged) == 1:
-            only_by[flagged[0]].append(r.control.name)
+            only_by.setdefault(flagged[0], []).append(r.control.name)
     return SuiteSummary(
         negatives=len(neg),
         detected=sum(r.detected for r in neg),

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..certificate import BiasResult
 from ..diagnostics import diagnostic
+from ..results.gates import BIAS
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
 from ..stats.bias import FAIL, IDENTICAL, UNTESTED, WARN, ATTRIBUTED_TO_REF, attribution_z, judge_buckets
@@ -103,7 +104,7 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         if not dtypes_may_differ:  # an interface change must not go through silently
             verdict = Verdict.worst([verdict, Verdict.WARN])
     minimum = bias_minimum(thresholds.z_star, thresholds.power)
-    verdict, too_few = judge_minimum("bias", verdict, replicates, minimum,
+    verdict, too_few = judge_minimum(BIAS.name, verdict, replicates, minimum,
                                      f"a bias as large as the noise, rho = {BIAS_REFERENCE_EFFECT:g}, detected with "
                                      f"power {thresholds.power:g} at |z| > {thresholds.z_star:g}")
     if too_few is not None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..certificate import VarianceResult
 from ..diagnostics import Diagnostic, diagnostic, raised
+from ..results.gates import VARIANCE
 from ..stats.amplification import amplification_ratios
 from ..stats.lattice import lattice_spacing, spread_within_cells
 from ..stats.observed import ObservedTail, observed_tail
@@ -177,7 +178,7 @@ def _screen(a: np.ndarray, b: np.ndarray, thresholds: VarianceThresholds) -> _Sc
     if ref_broken:
         diags.append(diagnostic("nonfinite_ref_error", f"{ref_broken} of {n} replicates excluded"))
     minimum = variance_minimum(thresholds.min_exceedances, thresholds.threshold_quantile)
-    floor, too_few = judge_minimum("variance", Verdict.WARN if undefined else Verdict.PASS, usable, minimum,
+    floor, too_few = judge_minimum(VARIANCE.name, Verdict.WARN if undefined else Verdict.PASS, usable, minimum,
                                    f"{thresholds.min_exceedances} exceedances over the q{thresholds.threshold_quantile:g} "
                                    "of each side's errors for a tail model")
     if too_few is not None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..certificate import AlgebraResult, BiasResult, BitwiseResult, Provenance
 from ..numbers import fmt
+from ..results.gates import BUILTIN
 from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, PASS, WARN
 from ..stats.bitwise import COHERENT
 
@@ -255,10 +256,18 @@ def bitwise_view(b: BitwiseResult, bias: BiasResult | None = None) -> BitwiseVie
     )
 
 
+# --- the gates of several certificates ------------------------------------------------------------------
+
+
+def gate_names(certs) -> list[str]:
+    """The gates of ``certs`` as the columns of a table of several cases: the built-in three, then any
+    other a certificate carries, in order of first appearance."""
+    return list(dict.fromkeys(g.name for g in (*BUILTIN, *(g for c in certs for g in c.gate_list))))
+
+
 # --- time per stage ------------------------------------------------------------------------------------
 
-_STAGE_NAMES = {"replicates": "replicates", "algebra": "algebra", "bias": "bias", "variance": "variance",
-                "l0": "L0", "peer_rules": "peer rules", "shape_sweep": "shape sweep", "adequacy": "adequacy"}
+_STAGE_NAMES = {"l0": "L0", "peer_rules": "peer rules", "shape_sweep": "shape sweep"}  # any other: its own name
 
 
 def _seconds(x: float) -> str:

@@ -12,7 +12,8 @@ import json
 
 from ..certificate import BitwiseResult, Certificate
 from . import checks
-from .blocks import AlgebraView, algebra_view, bitwise_view, significance, timing_text
+from ..results.gates import ALGEBRA, BIAS, VARIANCE
+from .blocks import AlgebraView, algebra_view, bitwise_view, gate_names, significance, timing_text
 from .jsonio import to_dict
 from .text import MEANING, error_comparison_text, fmt, gate_sentences, observed_range_text, paired_text, rare_events_text
 
@@ -47,13 +48,15 @@ def _index(certs: list[Certificate]) -> str:
     for c in certs:
         counts[c.verdict.value] = counts.get(c.verdict.value, 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    gates = gate_names(certs)
     rows = "".join(
         f"<tr><td><a href='#{_anchor(i)}'>{e(c.case)}</a></td><td>{_badge(c.verdict.value)}</td>"
-        + "".join(f"<td>{_badge(v.value)}</td>" for v in c.gates.values())
+        + "".join(f"<td>{_badge(c.gates[g].value) if g in c.gates else '-'}</td>" for g in gates)
         + f"<td>{c.provenance.wall_time_s:.1f} s</td></tr>"
         for i, c in enumerate(certs))
+    head = "".join(f"<th>{g}</th>" for g in gates)
     return (f"<h2>summary</h2><p>{len(certs)} cases: {tally}</p><table><tr><th>case</th><th>verdict</th>"
-            f"<th>algebra</th><th>bias</th><th>variance</th><th>time</th></tr>{rows}</table>")
+            f"{head}<th>time</th></tr>{rows}</table>")
 
 
 def _case(cert: Certificate, index: int = 0) -> str:
@@ -67,10 +70,11 @@ def _case(cert: Certificate, index: int = 0) -> str:
         for g, v in cert.gates.items()
     )
     parts.append(f"<table><tr><th>gate</th><th>verdict</th><th>evidence</th></tr>{rows}</table>")
-    parts.append(_algebra(algebra_view(cert.algebra)))
+    for gate in (g for g in cert.gate_list if not g.per_output):  # the case's own evidence
+        parts.append(_CASE_SECTIONS.get(gate.name, _other_case)(cert, gate))
     parts.append(_diagnostics(cert))
     names = [o.name for o in cert.outputs]
-    names += [r.output for r in (*cert.bias, *cert.variance) if r.output not in names]
+    names += [r.output for g in cert.gate_list if g.per_output for r in g.results(cert) if r.output not in names]
     for name in dict.fromkeys(names):
         parts.append(_output(cert, name))
     parts.append(checks.html_sections(cert))  # peer rules, shape sweep, adequacy (docs/kernelbench.md)
@@ -127,11 +131,11 @@ def _img(png: bytes, alt: str) -> str:
 
 def _diagnostics(cert: Certificate) -> str:
     rows = []
-    for gate, results in (("algebra", [cert.algebra]), ("bias", cert.bias), ("variance", cert.variance)):
-        for r in results:
+    for gate in cert.gate_list:
+        for r in gate.results(cert):
             where = getattr(r, "output", "")
-            for d in r.diagnostics:
-                rows.append(f"<tr><td>{html.escape(d.code)}</td><td>{gate} {html.escape(where)}</td>"
+            for d in getattr(r, "diagnostics", ()):
+                rows.append(f"<tr><td>{html.escape(d.code)}</td><td>{gate.name} {html.escape(where)}</td>"
                             f"<td>{html.escape(d.message)}</td><td>{html.escape(d.remedy)}</td></tr>")
     for d in checks.diagnostics(cert):  # adequacy and shape sweep
         rows.append(f"<tr><td>{html.escape(d.code)}</td><td>checks</td><td>{html.escape(d.message)}</td>"
@@ -234,18 +238,51 @@ def _bitwise_section(b: BitwiseResult, bias=None) -> str:
     return "\n".join(parts)
 
 
+def _variance_sections(cert: Certificate, gate, name: str) -> list[str]:
+    parts = []
+    if cert.variance_skipped_reason:
+        parts.append(f"<h4>variance gate {_badge('SKIPPED')}</h4><p class='note'>no tail fit: "
+                     f"{html.escape(cert.variance_skipped_reason)}</p>")
+    return parts + [_variance_section(cert, v) for v in cert.variance if v.output == name]
+
+
+def _other_lines(gate, r) -> str:
+    lines = "<br>".join(html.escape(line) for line in r.lines())
+    return f"<h4>{html.escape(gate.name)} gate {_badge(r.verdict.value)}</h4><p>{lines}</p>"
+
+
+def _other_output(cert: Certificate, gate, name: str) -> list[str]:
+    """A per-output gate without a section of its own here: its verdict and ``lines()`` (or why it was
+    skipped)."""
+    why = gate.skipped(cert)
+    if why:
+        return [f"<h4>{html.escape(gate.name)} gate {_badge('SKIPPED')}</h4><p class='note'>{html.escape(why)}</p>"]
+    return [_other_lines(gate, r) for r in gate.results(cert) if r.output == name]
+
+
+def _other_case(cert: Certificate, gate) -> str:
+    """A case-wide gate without a section of its own here: its verdict and ``lines()``."""
+    why = gate.skipped(cert)
+    if why:
+        return f"<p>{html.escape(gate.name)}: {html.escape(why)}</p>"
+    return "\n".join(_other_lines(gate, r) for r in gate.results(cert))
+
+
+# Each gate's sections, in the registry's order: a case-wide gate's after the gates table, a per-output
+# gate's in each output's section; a gate not named here: _other_case, _other_output.
+_CASE_SECTIONS = {ALGEBRA.name: lambda cert, gate: _algebra(algebra_view(cert.algebra))}
+_OUTPUT_SECTIONS = {
+    BIAS.name: lambda cert, gate, name: [_bias_section(cert, b) for b in cert.bias if b.output == name],
+    VARIANCE.name: lambda cert, gate, name: _variance_sections(cert, gate, name),
+}
+
+
 def _output(cert: Certificate, name: str) -> str:
     e = html.escape
     parts = [f"<section class='output'><h3>output · {e(name)}</h3>"]
+    for gate in (g for g in cert.gate_list if g.per_output):
+        parts.extend(_OUTPUT_SECTIONS.get(gate.name, _other_output)(cert, gate, name))
     bias = [b for b in cert.bias if b.output == name]
-    for b in bias:
-        parts.append(_bias_section(cert, b))
-    variance = [v for v in cert.variance if v.output == name]
-    if cert.variance_skipped_reason:
-        parts.append(f"<h4>variance gate {_badge('SKIPPED')}</h4><p class='note'>no tail fit: "
-                     f"{e(cert.variance_skipped_reason)}</p>")
-    for v in variance:
-        parts.append(_variance_section(cert, v))
     for bw in (b for b in cert.bitwise if b.output == name):
         parts.append(_bitwise_section(bw, bias[0] if bias else None))
     parts.append("</section>")

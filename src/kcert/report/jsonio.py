@@ -13,6 +13,7 @@ import numpy as np
 
 from ..certificate import BiasResult, BitwiseResult, Certificate, VarianceResult
 from ..numbers import json_number as number
+from ..results.gates import ALGEBRA, BIAS, VARIANCE
 from ..stats.bias import REASON_CODE
 from ..verdict import Verdict
 from . import checks
@@ -240,47 +241,59 @@ def _bitwise(b: BitwiseResult) -> dict:
     }
 
 
-def to_dict(cert: Certificate) -> dict:
+def _algebra_block(cert: Certificate, gate) -> dict:
     a = cert.algebra
-    gates = cert.gates
-    bias = {"verdict": gates["bias"].value, "outputs": [_bias(b) for b in cert.bias]}
-    variance = {"verdict": gates["variance"].value, "outputs": [_variance(v) for v in cert.variance]}
-    if cert.variance_skipped_reason:
-        variance["reason"] = cert.variance_skipped_reason
+    return {
+        "verdict": a.verdict.value,
+        "reason": a.reason,
+        "level": a.level,
+        "points": a.points,
+        "wide_points": a.wide_points,
+        "small_points": a.small_points,
+        "ref_side": a.ref_side,
+        "prod_side": a.prod_side,
+        "fail_floor": a.fail_floor,
+        "rounding_shrink": a.rounding_shrink,
+        "outputs": [
+            {"output": o.output, "discrepancy_float64": number(o.discrepancy_float64),
+             "discrepancy_float32": number(o.discrepancy_float32), "shrink": number(o.shrink),
+             "verdict": o.verdict.value}
+            for o in a.outputs
+        ],
+        "diagnostics": [d.to_dict() for d in a.diagnostics],
+        "proof": _proof(a.proof),
+        "level_text": a.level_text,
+        "ladder": _ladder(a.ladder),
+        "untested_accepted": a.untested_accepted,
+        "untested_limit": a.untested_limit,
+    }
+
+
+def _outputs_block(render):
+    """A per-output gate's block: its verdict, each output's object (``render``), and why it was skipped."""
+    def block(cert: Certificate, gate) -> dict:
+        out = {"verdict": gate.verdict(cert).value, "outputs": [render(r) for r in gate.results(cert)]}
+        why = gate.skipped(cert)
+        if why:
+            out["reason"] = why
+        return out
+    return block
+
+
+# Each gate's block of "gates" (docs/json-schema.md); a gate not named here writes its verdict, each
+# result's own ``to_json()`` and why it was skipped.
+_BLOCKS = {ALGEBRA.name: _algebra_block, BIAS.name: _outputs_block(_bias), VARIANCE.name: _outputs_block(_variance)}
+_OTHER = _outputs_block(lambda r: r.to_json())
+
+
+def to_dict(cert: Certificate) -> dict:
     p = cert.provenance
     return {
         "schema": SCHEMA,
         "case": cert.case,
         "description": cert.description,
         "verdict": cert.verdict.value,
-        "gates": {
-            "algebra": {
-                "verdict": a.verdict.value,
-                "reason": a.reason,
-                "level": a.level,
-                "points": a.points,
-                "wide_points": a.wide_points,
-                "small_points": a.small_points,
-                "ref_side": a.ref_side,
-                "prod_side": a.prod_side,
-                "fail_floor": a.fail_floor,
-                "rounding_shrink": a.rounding_shrink,
-                "outputs": [
-                    {"output": o.output, "discrepancy_float64": number(o.discrepancy_float64),
-                     "discrepancy_float32": number(o.discrepancy_float32), "shrink": number(o.shrink),
-                     "verdict": o.verdict.value}
-                    for o in a.outputs
-                ],
-                "diagnostics": [d.to_dict() for d in a.diagnostics],
-                "proof": _proof(a.proof),
-                "level_text": a.level_text,
-                "ladder": _ladder(a.ladder),
-                "untested_accepted": a.untested_accepted,
-                "untested_limit": a.untested_limit,
-            },
-            "bias": bias,
-            "variance": variance,
-        },
+        "gates": {g.name: _BLOCKS.get(g.name, _OTHER)(cert, g) for g in cert.gate_list},
         "bitwise": [_bitwise(b) for b in cert.bitwise],
         **checks.to_json(cert),  # adequacy, peer_rules, shape_sweep (docs/kernelbench.md)
         "outputs": [

@@ -12,7 +12,8 @@ from ..numbers import json_number as number
 from ..stats.aggregation import AGREES, short_sentence
 from ..verdict import Verdict
 from .jsonio import to_dict as certificate_dict
-from .text import MEANING, bias_sentence, variance_sentence
+from .blocks import gate_names
+from .text import MEANING
 
 SCHEMA = "kcert.step-certificate/1"
 _COLOURS = {"PASS": "#1a7f37", "WARN": "#9a6700", "FAIL": "#cf222e", "SKIPPED": "#8250df"}
@@ -50,12 +51,10 @@ def diagnosis_lines(config, limit: int = PARAMETER_LINES) -> list[str]:
 
 
 def gate_lines(config) -> list[str]:
-    """The gates' sentences for the outputs that did not PASS (the algebra gate's reason when it did not)."""
+    """The gates' sentences for the results that did not PASS (the algebra gate's reason when it did not)."""
     c = config.certificate
-    lines = [] if c.algebra.verdict is Verdict.PASS else [f"algebra {c.algebra.verdict.value}: {c.algebra.reason}"]
-    lines += [f"bias {b.verdict.value}: {bias_sentence(b)}" for b in c.bias if b.verdict is not Verdict.PASS]
-    lines += [f"variance {v.verdict.value}: {variance_sentence(v)}" for v in c.variance if v.verdict is not Verdict.PASS]
-    return lines
+    return [f"{g.name} {r.verdict.value}: {g.sentence(r)}" for g in c.gate_list for r in g.results(c)
+            if r.verdict is not Verdict.PASS]
 
 
 def _gate_cells(config) -> list[str]:
@@ -151,13 +150,15 @@ def render(result, console) -> None:
         return Text(v.value, style=f"bold {_STYLE[v]}")
 
     table = Table(header_style="bold", expand=True)
-    for col in ("configuration", "verdict", "algebra", "bias", "variance", "R", "outputs not PASS", "diagnosis"):
+    gates = gate_names([c.certificate for c in result.configs])
+    for col in ("configuration", "verdict", *gates, "R", "outputs not PASS", "diagnosis"):
         table.add_column(col, no_wrap=col not in ("diagnosis", "outputs not PASS"))
     for c in result.configs:
         failing = ", ".join(f"{n} {v.value}" for n, v in c.output_verdicts().items() if v is not Verdict.PASS) or "-"
         short = "; ".join(f"{d.output} {short_sentence(d.finding)}" for d in c.diagnoses
                           if not d.output.startswith("grad.") and d.finding.status != AGREES) or "-"
-        table.add_row(c.config.label, verdict(c.verdict), *(verdict(v) for v in c.certificate.gates.values()),
+        found = c.certificate.gates
+        table.add_row(c.config.label, verdict(c.verdict), *(verdict(found[g]) if g in found else "-" for g in gates),
                       str(c.cost.replicates), failing, short if len(short) < 160 else short[:157] + "...")
     body = [Text.assemble(("verdict ", "bold"), verdict(result.verdict), f"  {MEANING[result.verdict]}"),
             Text.assemble(("configuration dependence: ", "bold"), result.dependence), table]

@@ -13,7 +13,8 @@ from ..certificate import BiasResult, Certificate, VarianceResult
 from ..numbers import fmt
 from ..verdict import Verdict
 from . import checks
-from .blocks import AlgebraView, BitwiseView, algebra_view, bitwise_view, significance, timing_text
+from ..results.gates import ALGEBRA, BIAS, VARIANCE
+from .blocks import AlgebraView, BitwiseView, algebra_view, bitwise_view, gate_names, significance, timing_text
 from .blocks import ulp_histogram_text, zero_crossing_bins  # noqa: F401  (their home before report.blocks)
 from .text import MEANING, error_comparison_text, gate_sentences, observed_range_text, paired_text, rare_events_text
 
@@ -159,20 +160,37 @@ def _algebra(a: AlgebraView) -> list:
     return blocks
 
 
+def _other(cert: Certificate, gate, findings: int) -> list:
+    """A gate without a block of its own here: per result its name (and output) and its ``lines()``."""
+    blocks = []
+    for r in gate.results(cert):
+        where = f" · {r.output}" if gate.per_output else ""
+        blocks.append(Group(Text(f"{gate.name}{where} · {r.verdict.value}", style="bold"),
+                            *(Text(line) for line in r.lines())))
+    return blocks
+
+
+# Each gate's blocks after the gates table, in the registry's order; a gate not named here: _other.
+_BLOCKS = {
+    ALGEBRA.name: lambda cert, gate, findings: _algebra(algebra_view(cert.algebra)),
+    BIAS.name: lambda cert, gate, findings: [_bias(b, findings) for b in cert.bias],
+    VARIANCE.name: lambda cert, gate, findings: [_variance(v) for v in cert.variance],
+}
+
+
 def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     head = Text.assemble(
         ("kcert · ", "bold"), (cert.case, "bold cyan"), ("  " + cert.description if cert.description else "", "dim")
     )
     verdict = Text.assemble(("verdict ", "bold"), _verdict(cert.verdict), (f"  {MEANING[cert.verdict]}", ""))
-    body = [verdict, _gates(cert), *_algebra(algebra_view(cert.algebra))]
-    for b in cert.bias:
-        body.append(_bias(b, findings))
-    for v in cert.variance:
-        body.append(_variance(v))
+    body = [verdict, _gates(cert)]
+    for gate in cert.gate_list:
+        body.extend(_BLOCKS.get(gate.name, _other)(cert, gate, findings))
     for bw in cert.bitwise:
         body.append(_bitwise(bitwise_view(bw, next((b for b in cert.bias if b.output == bw.output), None))))
     body.extend(checks.terminal_blocks(cert))  # shape sweep, adequacy, peer rules (docs/kernelbench.md)
-    diags = [d for r in (*cert.bias, *cert.variance) for d in r.diagnostics] + list(cert.algebra.diagnostics)
+    outputs_first = sorted(cert.gate_list, key=lambda g: not g.per_output)  # the outputs' findings, then the case's
+    diags = [d for g in outputs_first for r in g.results(cert) for d in getattr(r, "diagnostics", ())]
     diags += checks.diagnostics(cert)
     if diags:
         d = Table(show_header=True, header_style="bold", expand=True)
@@ -213,17 +231,20 @@ def render_summary(outcomes, exit_code: int, deciders, why: str, console: Consol
     error text) in run order; ``deciders``: the names that decided ``exit_code``; ``why``: in words."""
     t = Table(header_style="bold", title=f"kcert: {len(outcomes)} cases · exit {exit_code} ({why})",
               title_justify="left")
-    for col in ("case", "algebra", "bias", "variance", "verdict", "exit code"):
+    gates = gate_names([o for _, o in outcomes if isinstance(o, Certificate)])
+    for col in ("case", *gates, "verdict", "exit code"):
         t.add_column(col, no_wrap=col != "case")
     for name, outcome in outcomes:
         decided = Text(f"<- decides exit {exit_code}", style="bold") if name in deciders else Text("")
         if isinstance(outcome, Certificate):
-            t.add_row(name, *(_verdict(v) for v in outcome.gates.values()), _verdict(outcome.verdict), decided)
+            verdicts = outcome.gates
+            t.add_row(name, *(_verdict(verdicts[g]) if g in verdicts else "-" for g in gates),
+                      _verdict(outcome.verdict), decided)
         else:
             error = str(outcome)
             if error.startswith(f"case {name!r}") and ": " in error:  # the row names the case already
                 error = error.split(": ", 1)[1]
             error = error if len(error) <= 90 else error[:87] + "..."
-            t.add_row(Text.assemble(name, ("\n" + error, "dim")), "-", "-", "-", Text("ERROR", style="bold red"),
+            t.add_row(Text.assemble(name, ("\n" + error, "dim")), *("-" for _ in gates), Text("ERROR", style="bold red"),
                       decided)
     console.print(t)

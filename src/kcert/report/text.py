@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..certificate import Certificate, VarianceResult
 from ..numbers import fmt
-from ..results.sentences import bias_sentence, gate_sentences, variance_sentence  # noqa: F401 (report's words)
+from ..results.gates import gate_sentences  # noqa: F401 (report's words)
+from ..results.sentences import bias_sentence, variance_sentence  # noqa: F401 (report's words)
 from ..verdict import Verdict
 
 MEANING = {

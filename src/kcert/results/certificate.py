@@ -10,6 +10,7 @@ from .algebra import AlgebraResult
 from .bias import BiasResult
 from .bitwise import BitwiseResult
 from .checks import AdequacyResult, PeerRulesResult, ShapeSweepResult
+from .gates import BUILTIN, Gate, GateOutcome
 from .variance import VarianceResult
 
 
@@ -67,6 +68,9 @@ class Certificate:
         L0, informational: ULP distances between prod and ref.
     adequacy, peer_rules, shape_sweep : optional
         The checks of docs/kernelbench.md, None when not run.
+    extra_gates : tuple of GateOutcome
+        Gates beyond the built-in three (:mod:`kcert.gates.registry`), their results and skip reasons;
+        empty with the built-in gates alone.
 
     Examples
     --------
@@ -96,21 +100,31 @@ class Certificate:
     adequacy: AdequacyResult | None = None  # fakes: one not FAILed (or a degenerate ref) holds a PASS at WARN
     peer_rules: PeerRulesResult | None = None  # informational: what the common rules say on the same samples
     shape_sweep: ShapeSweepResult | None = None  # a FAIL at a derived shape FAILs the certificate
+    extra_gates: tuple[GateOutcome, ...] = ()  # gates beyond the built-in three (kcert.gates.registry)
+
+    @property
+    def gate_list(self) -> tuple[Gate, ...]:
+        """The gates this certificate carries, in order: the built-in three, then ``extra_gates``."""
+        return BUILTIN + tuple(o.gate for o in self.extra_gates)
+
+    def gate(self, name: str) -> Gate:
+        """The gate called ``name`` (KeyError: no such gate on this certificate)."""
+        for g in self.gate_list:
+            if g.name == name:
+                return g
+        raise KeyError(name)
 
     def gate_verdict(self, gate: str) -> Verdict:
-        if gate == "algebra":
-            return self.algebra.verdict
-        results = {"bias": self.bias, "variance": self.variance}[gate]
-        return Verdict.worst(r.verdict for r in results)
+        return self.gate(gate).verdict(self)
 
     @property
     def gates(self) -> dict[str, Verdict]:
-        return {g: self.gate_verdict(g) for g in ("algebra", "bias", "variance")}
+        return {g.name: g.verdict(self) for g in self.gate_list}
 
     @property
     def accepted_skips(self) -> tuple[str, ...]:
         """Gates whose SKIPPED the user accepted explicitly (an untested algebra, docs/verdicts.md)."""
-        return ("algebra",) if self.algebra.untested_accepted else ()
+        return tuple(g.name for g in self.gate_list if g.accepted(self))
 
     @property
     def verdict(self) -> Verdict:

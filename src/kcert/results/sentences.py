@@ -1,13 +1,13 @@
 """Each gate's result in one sentence: what was compared, how many buckets or replicates failed, the worst
 one and where, and what was allowed. The checks store them with a short run's outcome and the report
-builds its messages from them (:mod:`kcert.report.text`)."""
+builds its messages from them (:mod:`kcert.report.text`); each gate's description names its sentence
+(:mod:`kcert.results.gates`)."""
 
 from __future__ import annotations
 
 from ..numbers import fmt
 from ..verdict import Verdict
 from .bias import BiasResult
-from .certificate import Certificate
 from .variance import VarianceResult
 
 
@@ -42,12 +42,3 @@ def variance_sentence(v: VarianceResult) -> str:
             + ("" if v.prod_closer_share is None else f", prod closer in {100 * v.prod_closer_share:.3g}%"))
     return f"{head}; {v.reason}"
 
-
-def gate_sentences(cert: Certificate, gate: str) -> list[str]:
-    if gate == "algebra":
-        return [cert.algebra.reason]
-    if gate == "bias":
-        return [bias_sentence(b) for b in cert.bias]
-    if cert.variance_skipped_reason:
-        return [cert.variance_skipped_reason]
-    return [variance_sentence(v) for v in cert.variance]
