@@ -15,6 +15,7 @@ from kcert.stats.bias import (
     UNTESTED,
     WARN,
     BiasThresholds,
+    attribution_z,
     judge_buckets,
 )
 
@@ -121,3 +122,23 @@ def test_familywise_bound_uses_student_t_for_finite_replicates():
     # the normal tail understates the rate by ~8x at R = 64, ~1.2x at R = 1024
     assert power.familywise_error_bound(256, 5, 64) > 5 * power.familywise_error_bound(256, 5)
     assert 1.1 < power.familywise_error_bound(1, 5, 1024) / power.familywise_error_bound(1, 5) < 1.3
+
+
+def test_the_attribution_z_and_the_bucket_z_decide_alike_but_on_one_replicate():
+    """The two zero-variance rules (stats.bias.attribution_z's docstring): over every kind of input a run
+    produces (a nan spread below two replicates; finite means and spreads, zero and within 1e-12 of the
+    mean included, from two on), ``|z| <= z*`` differs only for one replicate with a non-zero mean."""
+    thresholds = BiasThresholds()
+    rows = []
+    for count in (0, 1, 2, 3, 64, 4096):
+        means = (0.0,) if count == 0 else (0.0, -0.0, 1e-300, -1e-20, 1e-3, -1.0, 5.0, 1e30)
+        for mean in means:
+            spreads = (np.nan,) if count < 2 else (0.0, 1e-13 * abs(mean), 1e-12 * abs(mean), 1e-3, 1.0, 1e3, 1e40)
+            rows += [(count, mean, std) for std in spreads]
+    count, mean, std = (np.array(c) for c in zip(*rows))
+    bucket_z = judge_buckets("raw", count, mean, std, np.ones(len(rows)), thresholds, 1e6).z
+    with np.errstate(over="ignore"):
+        prod_z = attribution_z(count, mean, std)
+    differ = (np.abs(bucket_z) <= thresholds.z_star) != (np.abs(prod_z) <= thresholds.z_star)
+    assert len(rows) > 200
+    assert np.array_equal(differ, (count == 1) & (mean != 0))

@@ -57,8 +57,8 @@ def judge_ulp_distance(limit: int):
         for acc in j.accumulators:
             filled = np.nonzero(acc.ulp_histogram)[0]
             farthest = int(filled[-1]) if filled.size else -1
-            results.append(UlpDistanceResult(acc.layout.name, Verdict.FAIL if farthest > limit else Verdict.PASS,
-                                              farthest, limit))
+            results.append(UlpDistanceResult(output=acc.layout.name, farthest=farthest, limit=limit,
+                                              verdict=Verdict.FAIL if farthest > limit else Verdict.PASS))
         return tuple(results)
     return judge
 
@@ -67,7 +67,8 @@ def judge_ulp_distance(limit: int):
 
 
 def register(monkeypatch, limit: int) -> None:
-    monkeypatch.setattr(registry, "JUDGES", registry.JUDGES + (registry.Judge(ULP_DISTANCE, judge_ulp_distance(limit)),))
+    line = registry.Judge(gate=ULP_DISTANCE, judge=judge_ulp_distance(limit))
+    monkeypatch.setattr(registry, "JUDGES", registry.JUDGES + (line,))
 
 
 # --- two cases: one with bit-identical sides, one whose sides round differently ----------------------
@@ -136,7 +137,7 @@ def test_without_its_registry_line_the_gate_is_nowhere():
 
 def test_a_gate_that_needs_the_oracle_is_skipped_with_the_variance_gate(monkeypatch):
     monkeypatch.setattr(registry, "JUDGES", registry.JUDGES + (
-        registry.Judge(ULP_DISTANCE, judge_ulp_distance(0), needs_oracle=True),))
+        registry.Judge(gate=ULP_DISTANCE, judge=judge_ulp_distance(0), needs_oracle=True),))
     opaque = kcert.Case(name="opaque", ref=lambda x: torch.from_numpy(x.float().numpy() / 2).bfloat16(),
                         prod=lambda x: x / 2, inputs={"x": kcert.Gaussian((32,))}, dtype=torch.bfloat16)
     cert = certify(opaque)

@@ -268,3 +268,19 @@ def test_error_classes_live_in_errors():
 def test_a_module_outside_every_layer_is_unplaced():
     assert _layer("kcert.somewhere_new") is None and _layer("kcert.stats.bias") == 0
     assert _layer("kcert.results.bias") == 1 and _layer("kcert.cli") == len(LAYERS) - 1
+
+
+def test_result_types_are_built_by_keyword():
+    # a result type's fields are many and some share a type: a positional construction that swaps two of
+    # them runs silently (issue 24: VarianceResult was built from 14 positional arguments)
+    carried = ("bias", "bitwise", "observed", "paired", "rare", "tail", "tail_ratio")  # statistics results carry
+    types = {node.name for name, _, tree in _modules()
+             if _in(name, "kcert.results") or _in(name, "kcert.gates") or name in {f"kcert.stats.{m}" for m in carried}
+             for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+             and any("dataclass" in ast.unparse(d) for d in node.decorator_list)}
+    found = [f"{path.relative_to(SRC)}:{node.lineno} {ast.unparse(node.func)}({len(node.args)} positional)"
+             for _, path, tree in _modules() for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and node.args
+             and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) in types]
+    assert len(types) > 30 and {"VarianceResult", "BiasResult", "Certificate", "TailRatioInterval"} <= types
+    assert not found, "result types built from positional arguments:\n" + "\n".join(found)

@@ -22,7 +22,7 @@ import numpy as np
 
 from .certificate import BiasResult, Certificate, VarianceResult
 from .certification import certify
-from .diagnostics import raised
+from .diagnostics import Code, raised
 from .errors import KcertError, ParameterError
 from .gates.bias import rejudge
 from .numbers import fmt
@@ -72,7 +72,8 @@ def structural_alarm(v: VarianceResult) -> bool:
     few replicates for a PASS, no tail fit although prod exceeds the slack, or the exact test of the
     observed range rejecting (it holds a PASS back at the line it was run at)."""
     observed = v.observed is not None and v.observed.p_value < v.thresholds.observed_level
-    return (v.verdict is Verdict.FAIL or raised(v.diagnostics, "infinite_ratio", "undefined_ratio", "too_few_replicates")
+    return (v.verdict is Verdict.FAIL or raised(v.diagnostics, Code.INFINITE_RATIO, Code.UNDEFINED_RATIO,
+                                                Code.TOO_FEW_REPLICATES)
             or (v.interval is None and v.verdict is not Verdict.PASS) or observed)
 
 

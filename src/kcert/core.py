@@ -219,9 +219,9 @@ def _judge(case: Case, s: Settings, runner: Runner, judged: _Looks, clock: Clock
 def _assemble(case: Case, s: Settings, runner: Runner, looks: list[int], gates: _Gates, judged: _Looks,
               notes, resumed: dict | None) -> Certificate:
     outputs = tuple(
-        OutputInfo(acc.layout.name, acc.layout.shape, acc.layout.dtype_name,
-                   str(acc.layout.prod_dtype).removeprefix("torch."), acc.moments["raw"].size,
-                   acc.layout.spec.describe())
+        OutputInfo(name=acc.layout.name, shape=acc.layout.shape, dtype=acc.layout.dtype_name,
+                   prod_dtype=str(acc.layout.prod_dtype).removeprefix("torch."), buckets=acc.moments["raw"].size,
+                   bucketing=acc.layout.spec.describe())
         for acc in runner.accumulators
     )
     provenance = Provenance(
@@ -251,6 +251,7 @@ def _assemble(case: Case, s: Settings, runner: Runner, looks: list[int], gates: 
         description=case.description,
         bitwise=gates.bitwise,
         notes=tuple(n for n in notes if n),
-        extra_gates=tuple(GateOutcome(j.gate, gates.results[j.gate.name], skipped if j.gate in needs_oracle else None)
+        extra_gates=tuple(GateOutcome(gate=j.gate, results=gates.results[j.gate.name],
+                                      skipped_reason=skipped if j.gate in needs_oracle else None)
                           for j in registry.JUDGES if j.gate not in BUILTIN),
     )

@@ -57,19 +57,21 @@ def run_adequacy(case: Case, weights: probes.Draw, settings: Settings, probe: st
     results = []
     for fake in fakes:
         if fake.kernel is None:
-            results.append(FakeResult(fake.name, fake.description, False, reason=fake.not_applicable))
+            results.append(FakeResult(name=fake.name, description=fake.description, applicable=False,
+                                      reason=fake.not_applicable))
             continue
         fake_case = replace(case, name=f"{case.name} / fake {fake.name}", prod=fake.kernel, prod_math=None,
                             prod_precisions=None, independent_leading_axis=False, shapes=None)
         try:
             run = short_run(fake_case, settings, REPLICATES, ALGEBRA_POINTS, weights)
             if run.failed_algebra:
-                results.append(FakeResult(fake.name, fake.description, True, "FAIL", ((ALGEBRA.name, "FAIL"),),
-                                          _short(run.algebra.reason), rejected_by=(probe,)))
+                results.append(FakeResult(name=fake.name, description=fake.description, applicable=True, verdict="FAIL",
+                                          gates=((ALGEBRA.name, "FAIL"),), reason=_short(run.algebra.reason),
+                                          rejected_by=(probe,)))
                 continue
             cert = run.certificate
         except KcertError as exc:
-            results.append(FakeResult(fake.name, fake.description, False,
+            results.append(FakeResult(name=fake.name, description=fake.description, applicable=False,
                                       reason=_short(f"the fake could not run on this case: {exc}")))
             continue
         gates = tuple((g, v.value) for g, v in cert.gates.items())
@@ -77,23 +79,27 @@ def run_adequacy(case: Case, weights: probes.Draw, settings: Settings, probe: st
         verdict = cert.verdict
         if verdict is Verdict.FAIL:
             failing = next(g for g, v in cert.gates.items() if v is Verdict.FAIL)
-            results.append(FakeResult(fake.name, fake.description, True, "FAIL", gates,
-                                      _short(f"{failing}: {gate_sentences(cert, failing)[0]}"), identical,
-                                      rejected_by=(probe,)))
+            results.append(FakeResult(name=fake.name, description=fake.description, applicable=True, verdict="FAIL",
+                                      gates=gates, reason=_short(f"{failing}: {gate_sentences(cert, failing)[0]}"),
+                                      identical=identical, rejected_by=(probe,)))
             continue
         if identical:
             meaning = _identical_meaning(fake, cert.provenance.replicates)
             if fake.kind == "rounding":
-                results.append(FakeResult(fake.name, fake.description, False, verdict.value, gates, meaning, True))
+                results.append(FakeResult(name=fake.name, description=fake.description, applicable=False,
+                                          verdict=verdict.value, gates=gates, reason=meaning, identical=True))
                 continue
-            results.append(FakeResult(fake.name, fake.description, True, verdict.value, gates, meaning, True,
+            results.append(FakeResult(name=fake.name, description=fake.description, applicable=True,
+                                      verdict=verdict.value, gates=gates, reason=meaning, identical=True,
                                       degenerate=meaning if fake.kind != "identity" else ""))
             continue
         worst = [g for g, v in cert.gates.items() if v is not Verdict.PASS]
         why = "; ".join(f"{g} {cert.gates[g].value}: {gate_sentences(cert, g)[0]}" for g in worst) or \
             "every gate PASSes it"
-        results.append(FakeResult(fake.name, fake.description, True, verdict.value, gates, _short(why)))
-    return AdequacyResult(probe, tuple(results), REPLICATES, ALGEBRA_POINTS, time.perf_counter() - started)
+        results.append(FakeResult(name=fake.name, description=fake.description, applicable=True, verdict=verdict.value,
+                                  gates=gates, reason=_short(why)))
+    return AdequacyResult(probe=probe, fakes=tuple(results), replicates=REPLICATES, algebra_points=ALGEBRA_POINTS,
+                          seconds=time.perf_counter() - started)
 
 
 def merge_rejections(certs: list) -> list:

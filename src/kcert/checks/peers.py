@@ -123,14 +123,14 @@ def run_peer_rules(case: Case, weights: probes.Draw, seed: int, device: torch.de
                         oracle_note = f"no float64 oracle: {exc}"
             samples.append((r, ref, prod, oracle))
     except (KcertError, Exception) as exc:  # noqa: BLE001 - a rule that cannot run says why, never stops a run
-        return PeerRulesResult(tuple(range(trials)), (), time.perf_counter() - started,
-                               f"the kernels could not be re-run on the first draws: {type(exc).__name__}: {exc}")
+        return PeerRulesResult(trials=tuple(range(trials)), rules=(), seconds=time.perf_counter() - started,
+                               note=f"the kernels could not be re-run on the first draws: {type(exc).__name__}: {exc}")
 
     rules = []
     for rule in ("assert_close", "kernelbench", "flashattention", "dynamo_same"):
         needs_oracle = rule in ("flashattention", "dynamo_same")
         if needs_oracle and oracle_note:
-            rules.append(PeerRuleResult(rule, TITLES[rule], None, oracle_note))
+            rules.append(PeerRuleResult(rule=rule, title=TITLES[rule], passed=None, detail=oracle_note))
             continue
         passed, worst_detail, worst_trial = True, "", None
         for r, ref, prod, oracle in samples:
@@ -160,5 +160,7 @@ def run_peer_rules(case: Case, weights: probes.Draw, seed: int, device: torch.de
                 break
         if passed:
             worst_detail = f"all {len(samples)} trials; first: {worst_detail}"
-        rules.append(PeerRuleResult(rule, TITLES[rule], passed, worst_detail, worst_trial))
-    return PeerRulesResult(tuple(r for r, *_ in samples), tuple(rules), time.perf_counter() - started)
+        rules.append(PeerRuleResult(rule=rule, title=TITLES[rule], passed=passed, detail=worst_detail,
+                                    worst_trial=worst_trial))
+    return PeerRulesResult(trials=tuple(r for r, *_ in samples), rules=tuple(rules),
+                           seconds=time.perf_counter() - started)

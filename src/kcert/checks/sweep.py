@@ -66,13 +66,14 @@ def run_sweep(case: Case, settings: Settings) -> ShapeSweepResult | None:
     for v in found:
         status, reason = _trial(v.case, seed, device)
         if status:
-            results.append(ShapeResult(v.label, v.shapes, status, reason=reason))
+            results.append(ShapeResult(label=v.label, shapes=v.shapes, status=status, reason=reason))
             continue
         try:
             run = short_run(v.case, settings, REPLICATES, ALGEBRA_POINTS)
             if run.failed_algebra:
-                results.append(ShapeResult(v.label, v.shapes, "run", "FAIL", ((ALGEBRA.name, "FAIL"),),
-                                           _short(f"algebra FAIL: {run.algebra.reason}")))
+                results.append(ShapeResult(label=v.label, shapes=v.shapes, status="run", verdict="FAIL",
+                                           gates=((ALGEBRA.name, "FAIL"),),
+                                           reason=_short(f"algebra FAIL: {run.algebra.reason}")))
                 continue
             cert = run.certificate
             if cert.verdict is Verdict.FAIL:
@@ -81,7 +82,8 @@ def run_sweep(case: Case, settings: Settings) -> ShapeSweepResult | None:
                 # its false-FAIL bound. A FAIL counts when CONFIRM fresh replicates (the next seed) FAIL too
                 cert = confirm(v.case, settings, CONFIRM, ALGEBRA_POINTS, seed + 1)
         except KcertError as exc:
-            results.append(ShapeResult(v.label, v.shapes, "not applicable", reason=_short(f"the run stopped: {exc}")))
+            results.append(ShapeResult(label=v.label, shapes=v.shapes, status="not applicable",
+                                       reason=_short(f"the run stopped: {exc}")))
             continue
         gates = tuple((g, x.value) for g, x in cert.gates.items())
         failing = [g for g, x in cert.gates.items() if x is Verdict.FAIL]
@@ -89,5 +91,7 @@ def run_sweep(case: Case, settings: Settings) -> ShapeSweepResult | None:
             why = f"{failing[0]} FAIL: {gate_sentences(cert, failing[0])[0]}"
         else:
             why = "no gate FAILs at this shape (a short run: a PASS would need more replicates)"
-        results.append(ShapeResult(v.label, v.shapes, "run", cert.verdict.value, gates, _short(why)))
-    return ShapeSweepResult(tuple(results), REPLICATES, ALGEBRA_POINTS, time.perf_counter() - started)
+        results.append(ShapeResult(label=v.label, shapes=v.shapes, status="run", verdict=cert.verdict.value,
+                                   gates=gates, reason=_short(why)))
+    return ShapeSweepResult(shapes=tuple(results), replicates=REPLICATES, algebra_points=ALGEBRA_POINTS,
+                            seconds=time.perf_counter() - started)

@@ -239,11 +239,13 @@ def prove(case: Case, ref: tuple[Callable, str], prod: tuple[Callable, str], dra
         else:
             note, reason = (f"the proof's time guard of {budget_s:g} s ran out (a guard against a hang; the "
                             "outcome may depend on the machine)"), "time guard"
-        result = AlgebraProofResult("not reached", note, state["shape"], state["held"], reason)
+        result = AlgebraProofResult(outcome="not reached", note=note, shape=state["shape"], held=state["held"],
+                                    reason=reason)
     except _NotReached as exc:
-        result = AlgebraProofResult("not reached", exc.note, state["shape"], state["held"], exc.reason)
-    return AlgebraProofResult(result.outcome, result.note, result.shape, result.held, result.reason,
-                              time.perf_counter() - started, result.witness)
+        result = AlgebraProofResult(outcome="not reached", note=exc.note, shape=state["shape"], held=state["held"],
+                                    reason=exc.reason)
+    return AlgebraProofResult(outcome=result.outcome, note=result.note, shape=result.shape, held=result.held,
+                              reason=result.reason, seconds=time.perf_counter() - started, witness=result.witness)
 
 
 def _pick_points(n: int, points: int, wide_from: int | None) -> list[int]:
@@ -370,10 +372,10 @@ def _prove(case, ref, prod, draws, weights, fail_floor, deadline, points, wide_f
     counted = sum(a.size for a in sides["ref"])
     how = f" ({len(pending)} of them after {' / '.join(sorted(used))})" if pending else " (structurally identical)"
     return AlgebraProofResult(
-        "proved",
-        f"proved at shape {_describe(state['shape'])}: ref - prod simplifies to 0 for all {counted} output "
+        outcome="proved",
+        note=f"proved at shape {_describe(state['shape'])}: ref - prod simplifies to 0 for all {counted} output "
         f"elements{how}" + (f"; held at one draw's values: {', '.join(held)}" if held else ""),
-        state["shape"], held)
+        shape=state["shape"], held=held)
 
 
 def _shrunk(shapes: dict, small: dict) -> set[int]:
@@ -441,4 +443,4 @@ def _disproof(witness: tuple, sides: dict, names: list[str], subs_at: list[dict]
             "relative_difference": float(exact_diff / scale), "difference": expr}
     note = (f"disproved at shape {_describe(state['shape'])}: {names[j]} at {list(idx)}: ref - prod = {expr}, "
             f"{exact_diff / scale:.3g} of the output's scale at algebra draw {i} (ref {a:.6g}, prod {b:.6g})")
-    return AlgebraProofResult("disproved", note, state["shape"], state["held"], witness=info)
+    return AlgebraProofResult(outcome="disproved", note=note, shape=state["shape"], held=state["held"], witness=info)

@@ -39,7 +39,7 @@ from ..certificate import (
     LadderResult,
     LadderRungResult,
 )
-from ..diagnostics import diagnostic
+from ..diagnostics import Code, diagnostic
 from ..execution.evidence import AlgebraEvidence, LadderMeasurement
 from ..numbers import fmt
 from ..stats import ladder as ladder_stats
@@ -76,8 +76,8 @@ def _judge(evidence: AlgebraEvidence) -> AlgebraResult:
     points, wide_points = evidence.points, evidence.wide_points
     n_points = points + wide_points + evidence.small_points
     if evidence.unavailable:
-        skipped = AlgebraResult(Verdict.SKIPPED, "; ".join(evidence.unavailable), "skipped", points, wide_points,
-                                evidence.ref, evidence.prod)
+        skipped = AlgebraResult(verdict=Verdict.SKIPPED, reason="; ".join(evidence.unavailable), level="skipped",
+                                points=points, wide_points=wide_points, ref_side=evidence.ref, prod_side=evidence.prod)
         if evidence.no_oracle is not None:
             ref_side = next((u for u in evidence.unavailable if u.startswith("ref ")), "")
             if evidence.prod_opaque:  # nothing about real mode for a prod that is opaque anyway
@@ -103,7 +103,7 @@ def _judge(evidence: AlgebraEvidence) -> AlgebraResult:
             v = Verdict.FAIL
         else:
             v = Verdict.WARN
-        outputs.append(AlgebraOutputResult(o.name, d64, d32, v))
+        outputs.append(AlgebraOutputResult(output=o.name, discrepancy_float64=d64, discrepancy_float32=d32, verdict=v))
     verdict = Verdict.worst(o.verdict for o in outputs)
     worst = max(outputs, key=lambda o: (o.verdict.severity, o.discrepancy_float64))
     if verdict is Verdict.PASS and worst.discrepancy_float64 == 0:
@@ -116,10 +116,11 @@ def _judge(evidence: AlgebraEvidence) -> AlgebraResult:
         reason = (f"{worst.output}: real-mode relative discrepancy {worst.discrepancy_float64:.3g} in float64 and "
                   f"{worst.discrepancy_float32:.3g} in float32 (shrink {worst.shrink:.3g}, rounding gives "
                   f">= {ROUNDING_SHRINK:.3g}): ref and prod compute different real functions")
-    diags = (diagnostic("ill_conditioned_identity", reason),) if verdict is Verdict.WARN else ()
-    identity = AlgebraResult(verdict, reason, "identity test", points, wide_points, evidence.ref,
-                             evidence.prod, tuple(outputs), FAIL_FLOOR, ROUNDING_SHRINK, diags,
-                             small_points=evidence.small_points)
+    diags = (diagnostic(Code.ILL_CONDITIONED_IDENTITY, reason),) if verdict is Verdict.WARN else ()
+    identity = AlgebraResult(verdict=verdict, reason=reason, level="identity test", points=points,
+                             wide_points=wide_points, ref_side=evidence.ref, prod_side=evidence.prod,
+                             outputs=tuple(outputs), fail_floor=FAIL_FLOOR, rounding_shrink=ROUNDING_SHRINK,
+                             diagnostics=diags, small_points=evidence.small_points)
     if evidence.proof is None:
         return identity
     return _combine(identity, evidence.proof)
@@ -141,11 +142,11 @@ def _combine(identity: AlgebraResult, attempt: AlgebraProofResult) -> AlgebraRes
         detail = (f"{attempt.note}; yet the identity test finds the same real function at the probe shape "
                   f"({identity.reason})")
         return replace(identity, verdict=Verdict.WARN, level="proof", proof=attempt, reason=detail,
-                       diagnostics=identity.diagnostics + (diagnostic("proof_disagrees_with_identity", detail),))
+                       diagnostics=identity.diagnostics + (diagnostic(Code.PROOF_DISAGREES_WITH_IDENTITY, detail),))
     if attempt.outcome == "proved":
         detail = f"{identity.reason}; yet {attempt.note}"
         return replace(identity, proof=attempt, reason=detail,
-                       diagnostics=identity.diagnostics + (diagnostic("proof_disagrees_with_identity", detail),))
+                       diagnostics=identity.diagnostics + (diagnostic(Code.PROOF_DISAGREES_WITH_IDENTITY, detail),))
     return replace(identity, proof=attempt,
                    reason=f"{identity.reason} [symbolic proof not reached ({attempt.reason}): {attempt.note}]")
 
@@ -198,9 +199,11 @@ def _judge_output(m: LadderMeasurement, accepted, j: int, name: str, working: st
         idx = _groups(m).get(group, ())
         if idx:
             worst = m.point_names[max(idx, key=lambda i: rung.prod_point_errors[j][i])]
-    return LadderOutputResult(name, d.outcome, rung.dtype, d.amplification, d.resolution, d.yardsticks,
-                              by_group[group][d.judged].prod_error, accepted[d.internal[d.judged]].dtype,
-                              d.resolution_harm, harm, d.amplifications, group, worst, d.bound)
+    return LadderOutputResult(output=name, outcome=d.outcome, judged=rung.dtype, amplification=d.amplification,
+                              resolution=d.resolution, yardsticks=d.yardsticks,
+                              error=by_group[group][d.judged].prod_error, internal=accepted[d.internal[d.judged]].dtype,
+                              resolution_harm=d.resolution_harm, harm_format=harm, amplifications=d.amplifications,
+                              points=group, worst_point=worst, bound=d.bound)
 
 
 def _judge_ladder(m: LadderMeasurement, working: str, skipped: AlgebraResult, training: str = "bfloat16",
@@ -213,14 +216,16 @@ def _judge_ladder(m: LadderMeasurement, working: str, skipped: AlgebraResult, tr
     for j, name in enumerate(m.outputs):
         dtypes = [r.output_dtypes[j] for r in accepted]
         if not accepted or any(d not in ladder_stats.UNIT_ROUNDOFF for d in dtypes):
-            outputs.append(LadderOutputResult(name, "not compared" if accepted else ladder_stats.UNRESOLVED))
+            outputs.append(LadderOutputResult(output=name,
+                                              outcome="not compared" if accepted else ladder_stats.UNRESOLVED))
             continue
         outputs.append(_judge_output(m, accepted, j, name, working, training))
     ladder = LadderResult(
-        tuple(LadderRungResult(r.dtype, r.accepted, r.reason, r.prod_error, r.ref_error, r.output_dtypes, r.ref_reason)
-              for r in m.rungs),
-        tuple(outputs), m.oracle, m.grid, working, m.points, m.wide_points, ladder_stats.ROUNDING_MULTIPLE,
-        m.small_points)
+        rungs=tuple(LadderRungResult(dtype=r.dtype, accepted=r.accepted, reason=r.reason, prod_error=r.prod_error,
+                                     ref_error=r.ref_error, output_dtypes=r.output_dtypes, ref_reason=r.ref_reason)
+                    for r in m.rungs),
+        outputs=tuple(outputs), oracle=m.oracle, grid=m.grid, working_dtype=working, points=m.points,
+        wide_points=m.wide_points, rounding_multiple=ladder_stats.ROUNDING_MULTIPLE, small_points=m.small_points)
     judged = [o for o in outputs if o.outcome != "not compared"]
     verdict = Verdict.worst(o.verdict for o in judged) if judged else Verdict.SKIPPED
     decided = [o for o in judged if o.outcome != ladder_stats.UNRESOLVED]
@@ -239,8 +244,9 @@ def _judge_ladder(m: LadderMeasurement, working: str, skipped: AlgebraResult, tr
     else:
         reason = _unresolved_reason(unresolved, ladder, n_points, prod_is, tried)
     level = "precision ladder" if decided else "skipped"
-    return AlgebraResult(verdict, reason, level, m.points, m.wide_points, f"oracle: {m.oracle}",
-                         f"prod at {', '.join(ladder.accepted) or 'no precision'}", ladder=ladder,
+    return AlgebraResult(verdict=verdict, reason=reason, level=level, points=m.points, wide_points=m.wide_points,
+                         ref_side=f"oracle: {m.oracle}",
+                         prod_side=f"prod at {', '.join(ladder.accepted) or 'no precision'}", ladder=ladder,
                          small_points=m.small_points)
 
 

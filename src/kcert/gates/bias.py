@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..certificate import BiasResult
-from ..diagnostics import diagnostic
+from ..diagnostics import Code, diagnostic
 from ..results.gates import BIAS
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
@@ -71,10 +71,12 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
     diags = []
     if nonfinite_prod:
         verdict = Verdict.FAIL
-        diags.append(diagnostic("nonfinite_prod", f"{nonfinite_prod} elements in replicates {list(nonfinite_replicates)}"))
+        diags.append(diagnostic(Code.NONFINITE_PROD,
+                                f"{nonfinite_prod} elements in replicates {list(nonfinite_replicates)}"))
     if nonfinite_ref:
         verdict = Verdict.worst([verdict, Verdict.WARN])
-        diags.append(diagnostic("nonfinite_ref", f"{nonfinite_ref} elements in replicates {list(nonfinite_replicates)}"))
+        diags.append(diagnostic(Code.NONFINITE_REF,
+                                f"{nonfinite_ref} elements in replicates {list(nonfinite_replicates)}"))
 
     tested = int(sum(t.tested for t in tests))
     counts = [t.count[t.count >= 2] for t in tests if np.any(t.count >= 2)]
@@ -84,23 +86,22 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
     covered = power.horizon_covered(replicates, thresholds.z_star, thresholds.power)
     needed = power.replicates_needed(horizon, thresholds.z_star, thresholds.power)
     if covered < horizon:
-        diags.append(diagnostic(
-            "low_power",
+        diags.append(diagnostic(Code.LOW_POWER,
             f"R = {replicates} detects rho >= {detectable:.3g} with power {thresholds.power:g}, i.e. a bias harmful "
             f"within T ~ {covered:.3g} steps; the declared horizon T = {horizon:.3g} needs R ~ {needed:.3g}",
         ))
     zero_var = [int(np.sum((t.std == 0) & (t.count >= 2) & (t.reason != IDENTICAL))) for t in tests]
     if any(zero_var):
-        diags.append(diagnostic("zero_variance_bucket", f"{max(zero_var)} buckets"))
+        diags.append(diagnostic(Code.ZERO_VARIANCE_BUCKET, f"{max(zero_var)} buckets"))
     untested = int(np.sum(np.all(reasons == UNTESTED, axis=0))) if reasons.size else 0
     if untested:
-        diags.append(diagnostic("untested_bucket", f"{untested} of {bucket_ulp.size} buckets"))
+        diags.append(diagnostic(Code.UNTESTED_BUCKET, f"{untested} of {bucket_ulp.size} buckets"))
     to_ref = int(np.sum(np.any(reasons == ATTRIBUTED_TO_REF, axis=0))) if reasons.size else 0
     if to_ref:
-        diags.append(diagnostic("attributed_to_ref", f"{to_ref} buckets"))
+        diags.append(diagnostic(Code.ATTRIBUTED_TO_REF, f"{to_ref} buckets"))
     if prod_dtype != dtype:
         declared = " (declared: Case.dtypes_may_differ)" if dtypes_may_differ else ""
-        diags.append(diagnostic("output_dtype_differs", f"prod {prod_dtype}, ref {dtype}{declared}"))
+        diags.append(diagnostic(Code.OUTPUT_DTYPE_DIFFERS, f"prod {prod_dtype}, ref {dtype}{declared}"))
         if not dtypes_may_differ:  # an interface change must not go through silently
             verdict = Verdict.worst([verdict, Verdict.WARN])
     minimum = bias_minimum(thresholds.z_star, thresholds.power)

@@ -20,7 +20,7 @@ The algebra gate does not run replicates: its identity test draws a fixed number
 
 from __future__ import annotations
 
-from ..diagnostics import Diagnostic, diagnostic
+from ..diagnostics import Code, Diagnostic, diagnostic
 from ..stats import power
 from ..verdict import Verdict
 
@@ -39,8 +39,7 @@ def judge_minimum(gate: str, verdict: Verdict, replicates: int, minimum: int, wh
     stays FAIL without it."""
     if replicates >= minimum or verdict is Verdict.FAIL:
         return verdict, None
-    return Verdict.worst([verdict, Verdict.WARN]), diagnostic(
-        "too_few_replicates",
+    return Verdict.worst([verdict, Verdict.WARN]), diagnostic(Code.TOO_FEW_REPLICATES,
         f"{gate} gate: R = {replicates} is below the {minimum} replicates behind a PASS ({why})",
     )
 

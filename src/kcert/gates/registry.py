@@ -63,7 +63,7 @@ def _variance(j: Judging) -> tuple:
 
 
 JUDGES = (
-    Judge(ALGEBRA, _algebra, grows=False, announce=True),
-    Judge(BIAS, _bias),
-    Judge(VARIANCE, _variance, every_look=True, decisive=interval_is_decisive, needs_oracle=True),
+    Judge(gate=ALGEBRA, judge=_algebra, grows=False, announce=True),
+    Judge(gate=BIAS, judge=_bias),
+    Judge(gate=VARIANCE, judge=_variance, every_look=True, decisive=interval_is_decisive, needs_oracle=True),
 )

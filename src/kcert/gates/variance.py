@@ -26,21 +26,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..certificate import VarianceResult
-from ..diagnostics import Diagnostic, diagnostic, raised
+from ..diagnostics import Code, Diagnostic, diagnostic, raised
 from ..results.gates import VARIANCE
 from ..stats.amplification import amplification_ratios
-from ..stats.lattice import lattice_spacing, spread_within_cells
+from ..stats.lattice import spread_lattices
 from ..stats.observed import ObservedTail, observed_tail
 from ..stats.paired import PairedBound, paired_bound, return_level_floor
 from ..stats.rare import rare_event_limit
-from ..stats.tail import fit_tail
+from ..stats.tail import fit_tail_if_possible
 from ..stats.tail_ratio import (
-    Exceedances,
     TailRatioInterval,
+    estimates_at_quantiles,
     exceedances_or_reason,
+    half_estimates,
     return_level_upper,
-    tail_ratio_estimate,
     tail_ratio_interval,
+    tied_excesses,
 )
 from ..stats.thresholds import VarianceThresholds
 from ..stats.ulp import ulp
@@ -161,8 +162,9 @@ def _prod_not_finite(prod_inf: np.ndarray) -> _Judged:
     """FAIL: prod's error is non-finite where ref's is finite."""
     n, bad = prod_inf.size, int(prod_inf.sum())
     first = np.nonzero(prod_inf)[0][:8].tolist()
-    return _Judged(Verdict.FAIL, f"prod's error is non-finite in {bad} of {n} replicates where ref's is finite",
-                   (diagnostic("infinite_ratio", f"{bad} of {n} replicates, e.g. replicates {first}"),))
+    return _Judged(verdict=Verdict.FAIL,
+                   reason=f"prod's error is non-finite in {bad} of {n} replicates where ref's is finite",
+                   diagnostics=(diagnostic(Code.INFINITE_RATIO, f"{bad} of {n} replicates, e.g. replicates {first}"),))
 
 
 def _screen(a: np.ndarray, b: np.ndarray, thresholds: VarianceThresholds) -> _Screened:
@@ -174,16 +176,16 @@ def _screen(a: np.ndarray, b: np.ndarray, thresholds: VarianceThresholds) -> _Sc
     usable = int(np.sum(np.isfinite(a) & np.isfinite(b)))
     diags = []
     if undefined:
-        diags.append(diagnostic("undefined_ratio", f"{undefined} of {n} replicates"))
+        diags.append(diagnostic(Code.UNDEFINED_RATIO, f"{undefined} of {n} replicates"))
     if ref_broken:
-        diags.append(diagnostic("nonfinite_ref_error", f"{ref_broken} of {n} replicates excluded"))
+        diags.append(diagnostic(Code.NONFINITE_REF_ERROR, f"{ref_broken} of {n} replicates excluded"))
     minimum = variance_minimum(thresholds.min_exceedances, thresholds.threshold_quantile)
     floor, too_few = judge_minimum(VARIANCE.name, Verdict.WARN if undefined else Verdict.PASS, usable, minimum,
                                    f"{thresholds.min_exceedances} exceedances over the q{thresholds.threshold_quantile:g} "
                                    "of each side's errors for a tail model")
     if too_few is not None:
         diags.append(too_few)
-    return _Screened(floor, tuple(diags), too_few is not None, minimum)
+    return _Screened(floor=floor, diagnostics=tuple(diags), too_few=too_few is not None, minimum=minimum)
 
 
 def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: VarianceThresholds, alpha: float,
@@ -193,11 +195,11 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
     slack = thresholds.slack
     diags = screened.diagnostics
     if a.size == 0:
-        return _Judged(Verdict.WARN, "no replicate with finite errors on both sides", diags)
+        return _Judged(verdict=Verdict.WARN, reason="no replicate with finite errors on both sides", diagnostics=diags)
     observed = observed_tail(a, b, slack=slack, line=thresholds.warn, depth=thresholds.observed_depth)
-    a_fit, b_fit, spacing = _spread_lattices(a, b, seed, thresholds.tied_share)
+    a_fit, b_fit, spacing = spread_lattices(a, b, seed, thresholds.tied_share)
     if any(spacing):
-        diags += (diagnostic("lattice_errors", f"cells {spacing[0]:.3g} (prod, spread upwards) / {spacing[1]:.3g} "
+        diags += (diagnostic(Code.LATTICE_ERRORS, f"cells {spacing[0]:.3g} (prod, spread upwards) / {spacing[1]:.3g} "
                                                f"(ref, spread downwards) harm units"),)
     a_max = float(a.max())
     if a_max <= slack:
@@ -205,17 +207,21 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
                                thresholds, alpha, harm_format, screened, observed, diags)
         if within is not None:
             return within
-        diags += (diagnostic("prod_tail_beyond_slack",
+        diags += (diagnostic(Code.PROD_TAIL_BEYOND_SLACK,
                              f"every prod error is within {slack:g} harm unit (max {a_max:.3g}), but its {horizon:.3g}-"
                              f"call return level is not bounded under {slack:g} + {thresholds.warn:g} x ref's largest error"),)
     if not np.any(b > 0):
         if a_max > slack:
-            return _Judged(Verdict.FAIL, f"ref matches the oracle exactly in every replicate while prod is off by "
-                                         f"up to {a_max:.3g} harm units",
-                           diags + (diagnostic("infinite_ratio", f"ref exact in all {a.size} replicates"),),
+            return _Judged(verdict=Verdict.FAIL,
+                           reason=f"ref matches the oracle exactly in every replicate while prod is off by "
+                                  f"up to {a_max:.3g} harm units",
+                           diagnostics=diags + (diagnostic(Code.INFINITE_RATIO,
+                                                           f"ref exact in all {a.size} replicates"),),
                            observed=observed)
-        return _Judged(Verdict.WARN, f"ref matches the oracle exactly in every replicate; prod is within {slack:g} "
-                                     f"harm unit on the data but its extrapolated tail is not", diags, observed=observed)
+        return _Judged(verdict=Verdict.WARN,
+                       reason=f"ref matches the oracle exactly in every replicate; prod is within {slack:g} "
+                              f"harm unit on the data but its extrapolated tail is not", diagnostics=diags,
+                       observed=observed)
     sides = [exceedances_or_reason(x, thresholds.threshold_quantile, thresholds.min_exceedances) for x in (a_fit, b_fit)]
     if any(isinstance(side, str) for side in sides):  # too few excesses for a tail model
         return _without_tail_model(a, b, thresholds, diags, observed)
@@ -224,10 +230,11 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
                              heterogeneity_level=thresholds.heterogeneity_level, separate_alpha=separate_alpha)
     het = iv.heterogeneity
     if het is not None and het.rejects:
-        diags += (diagnostic("tail_heavier_than_ref",
+        diags += (diagnostic(Code.TAIL_HEAVIER_THAN_REF,
                              f"xi = {het.shape_prod:.3f} (prod) vs {het.shape_ref:.3f} (ref), LR = "
                              f"{het.statistic:.2f}, p = {het.p_value:.2g}: each side has its own shape"),)
-    stability = _threshold_stability(a_fit, b_fit, horizon, thresholds)
+    stability = estimates_at_quantiles(a_fit, b_fit, horizon, STABILITY_QUANTILES, slack=slack,
+                                       separate_level=thresholds.separate_fail_level)
     judged = fail_estimate(iv, thresholds)
     diags += _stability_diagnostics(stability, judged, iv, sides[0].quantile)
     identical = bool(np.array_equal(a, b))
@@ -235,14 +242,17 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
     verdict, held = tail_verdict(judged, iv, observed, thresholds, identical=identical, paired=paired)
     diags += held
     verdict = Verdict.worst([verdict, screened.floor])
-    confirmation = _confirmation(a_fit, b_fit, horizon, thresholds) if verdict is Verdict.FAIL else None
+    confirmation = (half_estimates(a_fit, b_fit, horizon, thresholds.threshold_quantile, thresholds.min_exceedances,
+                                   slack=slack, separate_level=thresholds.separate_fail_level)
+                    if verdict is Verdict.FAIL else None)
     if confirmation is not None and min(confirmation) <= thresholds.fail:
-        diags += (diagnostic("fail_not_confirmed", f"A_T = {confirmation[0]:.3g} (even replicates), "
+        diags += (diagnostic(Code.FAIL_NOT_CONFIRMED, f"A_T = {confirmation[0]:.3g} (even replicates), "
                                                    f"{confirmation[1]:.3g} (odd)"),)
     reason = _interval_reason(iv, judged, verdict, horizon, alpha, thresholds, observed, bool(held), paired)
     if screened.too_few:
         reason += f"; only {a.size} replicates: a PASS needs {screened.minimum}"
-    return _Judged(verdict, reason, diags, iv, stability, confirmation, judged, observed, spacing, paired)
+    return _Judged(verdict=verdict, reason=reason, diagnostics=diags, interval=iv, stability=stability,
+                   confirmation=confirmation, fail_estimate=judged, observed=observed, spacing=spacing, paired=paired)
 
 
 def _within_slack(a_fit: np.ndarray, a_max: float, b_max: float, b_floor: float, horizon: float,
@@ -261,33 +271,23 @@ def _within_slack(a_fit: np.ndarray, a_max: float, b_max: float, b_floor: float,
     head = (f"prod within {slack:g} harm unit of the oracle in all {a_fit.size} replicates "
             f"(max {a_max:.3g} {harm_format or 'harm'} ULP)")
     if a_max <= b_max:
-        return _Judged(screened.floor, f"{head}, its largest error at most ref's ({b_max:.3g}): no amplification "
-                                       f"to bound", diags, observed=observed)
+        return _Judged(verdict=screened.floor,
+                       reason=f"{head}, its largest error at most ref's ({b_max:.3g}): no amplification "
+                              f"to bound", diagnostics=diags, observed=observed)
     side = exceedances_or_reason(a_fit, thresholds.threshold_quantile, thresholds.min_exceedances)
     if isinstance(side, str):
-        return _Judged(screened.floor, f"{head}, too few positive errors for a tail: nothing to extrapolate", diags,
+        return _Judged(verdict=screened.floor,
+                       reason=f"{head}, too few positive errors for a tail: nothing to extrapolate", diagnostics=diags,
                        observed=observed)
     bound = return_level_upper(side, horizon, alpha)
     line = slack + thresholds.warn * b_floor  # r_a at or under it: A_T <= warn while r_b >= b_floor
     if bound > line:
         return None
     against = "" if b_floor == 0 else f" <= {slack:g} + {thresholds.warn:g} x ref's error floor ({b_floor:.3g})"
-    return _Judged(screened.floor, f"{head}, and its {horizon:.3g}-call return level bounded by {bound:.3g}{against} "
-                                   f"(profile likelihood, one-sided {1 - alpha:.5g}): no amplification to bound",
-                   diags, observed=observed)
-
-
-def _spread_lattices(a: np.ndarray, b: np.ndarray, seed: int,
-                     tied_share: float) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
-    """Each side's errors spread within their lattice cells when they are mostly tied (prod upwards, ref
-    downwards: the spread tail ratio is at least the lattice one), from a generator on the run's seed."""
-    spacing = (lattice_spacing(a, tied_share), lattice_spacing(b, tied_share))
-    rng = np.random.default_rng([int(seed), _LATTICE_STREAM])
-    return (spread_within_cells(a, spacing[0], True, rng), spread_within_cells(b, spacing[1], False, rng),
-            spacing)
-
-
-_LATTICE_STREAM = 23  # the spread's generator: the run's seed and this stream (no other draw uses it)
+    return _Judged(verdict=screened.floor,
+                   reason=f"{head}, and its {horizon:.3g}-call return level bounded by {bound:.3g}{against} "
+                          f"(profile likelihood, one-sided {1 - alpha:.5g}): no amplification to bound",
+                   diagnostics=diags, observed=observed)
 
 
 def paired_if_needed(estimate: float, iv: TailRatioInterval, a, b, horizon: float, thresholds: VarianceThresholds,
@@ -326,11 +326,11 @@ def _pass_held_back(iv: TailRatioInterval, observed: ObservedTail, thresholds: V
     shapes_bounded = iv.separate_upper <= line or (paired is not None and paired.ratio_upper <= line)
     if not identical and not shapes_bounded:
         through_pairs = "" if paired is None else f", {paired.ratio_upper:.3g} through the pairs"
-        held.append(diagnostic("shape_difference_not_excluded",
+        held.append(diagnostic(Code.SHAPE_DIFFERENCE_NOT_EXCLUDED,
                                f"U = {iv.upper:.3g} under {iv.model}, but {iv.separate_upper:.3g} with one shape per "
                                f"side (one-sided {1 - iv.separate_alpha:.4g}){through_pairs}"))
     if observed.ratio > line or observed.p_value < thresholds.observed_level:
-        held.append(diagnostic("observed_above_line",
+        held.append(diagnostic(Code.OBSERVED_ABOVE_LINE,
                                f"(max a - {thresholds.slack:g}) / max b = {observed.ratio:.3g}; prod's errors at the "
                                f"line in the pooled top {observed.depth}: {observed.prod_in_top}, exact p = "
                                f"{observed.p_value:.2g}"))
@@ -340,12 +340,13 @@ def _pass_held_back(iv: TailRatioInterval, observed: ObservedTail, thresholds: V
 def _without_tail_model(a: np.ndarray, b: np.ndarray, thresholds: VarianceThresholds,
                         diags: tuple[Diagnostic, ...], observed: ObservedTail) -> _Judged:
     """Fewer than three errors above a side's threshold: the observed ratio of the maxima decides."""
-    few = diagnostic("few_exceedances", f"{int(np.sum(a > 0))} positive prod errors, "
+    few = diagnostic(Code.FEW_EXCEEDANCES, f"{int(np.sum(a > 0))} positive prod errors, "
                                         f"{int(np.sum(b > 0))} positive ref errors of {a.size}")
     verdict = Verdict.FAIL if observed.ratio > thresholds.fail else Verdict.WARN
-    return _Judged(verdict, f"fewer than three errors above a side's threshold (few or tied positive errors): no "
-                            f"tail model; observed ratio of maxima (max a - {thresholds.slack:g}) / max b = "
-                            f"{observed.ratio:.3g}", diags + (few,), observed=observed)
+    return _Judged(verdict=verdict,
+                   reason=f"fewer than three errors above a side's threshold (few or tied positive errors): no "
+                          f"tail model; observed ratio of maxima (max a - {thresholds.slack:g}) / max b = "
+                          f"{observed.ratio:.3g}", diagnostics=diags + (few,), observed=observed)
 
 
 def _side_diagnostics(sides, horizon: float, thresholds: VarianceThresholds) -> tuple[Diagnostic, ...]:
@@ -354,27 +355,15 @@ def _side_diagnostics(sides, horizon: float, thresholds: VarianceThresholds) -> 
     diags = []
     for name, s in zip(("prod", "ref"), sides):
         if s.n < thresholds.min_exceedances:
-            diags.append(diagnostic("few_exceedances", f"{name}'s tail fit rests on {s.n} exceedances"))
+            diags.append(diagnostic(Code.FEW_EXCEEDANCES, f"{name}'s tail fit rests on {s.n} exceedances"))
         if s.quantile != thresholds.threshold_quantile:
-            diags.append(diagnostic("threshold_lowered", f"{name}: threshold lowered to the q{s.quantile:.3g} of "
+            diags.append(diagnostic(Code.THRESHOLD_LOWERED, f"{name}: threshold lowered to the q{s.quantile:.3g} of "
                                                          f"{s.n_positive} positive errors to keep {s.n} exceedances"))
         if horizon * s.rate <= 1:
-            diags.append(diagnostic("horizon_too_short", f"{name}: T * zeta = {horizon * s.rate:.3g}"))
-        if _tied(s):
-            diags.append(diagnostic("tied_exceedances", f"{name}: few distinct values among {s.n} exceedances"))
+            diags.append(diagnostic(Code.HORIZON_TOO_SHORT, f"{name}: T * zeta = {horizon * s.rate:.3g}"))
+        if tied_excesses(s):
+            diags.append(diagnostic(Code.TIED_EXCEEDANCES, f"{name}: few distinct values among {s.n} exceedances"))
     return tuple(diags)
-
-
-def _threshold_stability(a: np.ndarray, b: np.ndarray, horizon: float,
-                         thresholds: VarianceThresholds) -> tuple[tuple[float, float], ...]:
-    """The A_T estimate refitted at the other threshold quantiles (those that leave three exceedances)."""
-    stability = []
-    for q in STABILITY_QUANTILES:
-        s_a, s_b = (exceedances_or_reason(x, q, 3) for x in (a, b))
-        if isinstance(s_a, str) or isinstance(s_b, str):
-            continue
-        stability.append((q, _estimate(s_a, s_b, horizon, thresholds)))
-    return tuple(stability)
 
 
 def _stability_diagnostics(stability, judged: float, iv: TailRatioInterval, quantile: float) -> tuple[Diagnostic, ...]:
@@ -384,20 +373,7 @@ def _stability_diagnostics(stability, judged: float, iv: TailRatioInterval, quan
     if not (stability and np.isfinite(width) and moved > width):
         return ()
     figures = ", ".join(f"q{q:g}: {r:.3g}" for q, r in stability)
-    return (diagnostic("unstable_threshold", f"A_T = {judged:.3g} at q{quantile:.3g}; {figures}"),)
-
-
-def _confirmation(a: np.ndarray, b: np.ndarray, horizon: float,
-                  thresholds: VarianceThresholds) -> tuple[float, float] | None:
-    """A_T estimated on the even and on the odd replicates (None when a half has too few exceedances)."""
-    halves = []
-    for sl in (slice(0, None, 2), slice(1, None, 2)):
-        h_a, h_b = (exceedances_or_reason(x[sl], thresholds.threshold_quantile, thresholds.min_exceedances)
-                    for x in (a, b))
-        if isinstance(h_a, str) or isinstance(h_b, str):
-            return None
-        halves.append(_estimate(h_a, h_b, horizon, thresholds))
-    return tuple(halves)
+    return (diagnostic(Code.UNSTABLE_THRESHOLD, f"A_T = {judged:.3g} at q{quantile:.3g}; {figures}"),)
 
 
 def _interval_reason(iv: TailRatioInterval, judged: float, verdict: Verdict, horizon: float, alpha: float,
@@ -430,11 +406,6 @@ def _by_interval(estimate: float, upper: float, t: VarianceThresholds) -> Verdic
     return Verdict.PASS if upper <= t.warn else Verdict.WARN
 
 
-def _estimate(prod: Exceedances, ref: Exceedances, horizon: float, thresholds: VarianceThresholds) -> float:
-    return tail_ratio_estimate(prod, ref, horizon, slack=thresholds.slack,
-                               separate_level=thresholds.separate_fail_level)
-
-
 def fail_estimate(iv, thresholds: VarianceThresholds) -> float:
     """The estimate of A_T the FAIL line judges: one shape per side when the data show the shapes differ
     beyond doubt (p < ``separate_fail_level``), else the common shape. Separate fits extrapolate two
@@ -445,22 +416,11 @@ def fail_estimate(iv, thresholds: VarianceThresholds) -> float:
     return iv.separate_estimate if strong else iv.common_estimate
 
 
-def _tied(s: Exceedances) -> bool:
-    """Fewer distinct excesses than half their number, counted up to 1e-6 of the tail's scale."""
-    scale = float(s.threshold + s.excesses.max())
-    distinct = np.unique(np.round(s.excesses / (scale * 1e-6))).size if scale > 0 else 1
-    return distinct < 0.5 * s.n
-
-
 def _report_fit(k: np.ndarray, horizon: float, thresholds: VarianceThresholds, seed: int):
     """The report's fit of the per-replicate K (xi clipped, exceedance bootstrap): for comparison and
     the plots only; None when K has too few positive values."""
-    finite = k[np.isfinite(k)]
-    try:
-        return fit_tail(finite, horizon, threshold_quantile=thresholds.threshold_quantile,
-                        bootstrap=thresholds.bootstrap, seed=seed)
-    except ValueError:
-        return None
+    return fit_tail_if_possible(k[np.isfinite(k)], horizon, threshold_quantile=thresholds.threshold_quantile,
+                                bootstrap=thresholds.bootstrap, seed=seed)
 
 
 def interval_is_decisive(result: VarianceResult) -> bool:
@@ -470,14 +430,14 @@ def interval_is_decisive(result: VarianceResult) -> bool:
     few exceedances are not decisive. A run below the minimum for a PASS is not extended for it: the
     looks serve the interval, and R is the user's."""
     found = result.diagnostics
-    if raised(found, "infinite_ratio"):
+    if raised(found, Code.INFINITE_RATIO):
         return True  # prod off where ref is exact or finite stays a FAIL whatever more replicates show
-    if raised(found, "few_exceedances"):
+    if raised(found, Code.FEW_EXCEEDANCES):
         return False
     iv = result.interval
     if iv is None:
-        return not raised(found, "prod_tail_beyond_slack")
+        return not raised(found, Code.PROD_TAIL_BEYOND_SLACK)
     t = result.thresholds
-    if iv.upper <= t.warn and raised(found, "shape_difference_not_excluded", "observed_above_line"):
+    if iv.upper <= t.warn and raised(found, Code.SHAPE_DIFFERENCE_NOT_EXCLUDED, Code.OBSERVED_ABOVE_LINE):
         return False
     return all(not (iv.lower <= x < iv.upper) for x in (t.warn, t.fail))

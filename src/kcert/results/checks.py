@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..diagnostics import Diagnostic, diagnostic
+from ..diagnostics import Code, Diagnostic, diagnostic
 
 REJECTED, NOT_REJECTED, NOT_APPLICABLE = "rejected", "not rejected", "not applicable"
 
@@ -65,10 +65,10 @@ class AdequacyResult:
         out = []
         plain = [f for f in self.not_rejected if not f.degenerate]
         if plain:
-            out.append(diagnostic("fakes_not_rejected", "; ".join(
+            out.append(diagnostic(Code.FAKES_NOT_REJECTED, "; ".join(
                 f"{f.name} ({f.verdict or 'not run'}: {f.reason})" for f in plain)))
         if self.degenerate:
-            out.append(diagnostic("degenerate_problem", "; ".join(self.degenerate)))
+            out.append(diagnostic(Code.DEGENERATE_PROBLEM, "; ".join(self.degenerate)))
         return tuple(out)
 
 
@@ -135,5 +135,5 @@ class ShapeSweepResult:
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         if not self.failed:
             return ()
-        return (diagnostic("shape_sweep_fail", "; ".join(f"{s.label} ({s.shape_text}): {s.reason}"
+        return (diagnostic(Code.SHAPE_SWEEP_FAIL, "; ".join(f"{s.label} ({s.shape_text}): {s.reason}"
                                                          for s in self.failed)),)

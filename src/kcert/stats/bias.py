@@ -166,9 +166,17 @@ def judge_buckets(
 
 def attribution_z(count, mean, std):
     """z of prod's bucket means against the oracle, for the attribution (:func:`judge_buckets`'s ``prod_z``):
-    a constant non-zero mean counts as infinitely significant whatever its sign. (The bucket test's own z
-    treats a spread within 1e-12 of the mean as zero and keeps the sign; unifying the two rules would move
-    verdicts, so it is left to a behaviour-changing step.)"""
+    a constant non-zero mean counts as infinitely significant whatever its sign.
+
+    Its zero-variance rule is not the bucket test's, and the two are kept apart on purpose. The bucket
+    test sets z = 0 below two replicates (an untested bucket) and calls a spread within 1e-12 of the mean
+    zero (z = +-inf); here a spread of exactly 0 is zero and std is nan below two replicates. On every
+    input a run can produce (count >= 2 with a finite mean and spread, or count < 2 with a nan spread)
+    only ``|z| <= z*`` is used, and the two agree on it except in one case: a bucket whose oracle rows
+    hold exactly one replicate with a non-zero mean (the oracle non-finite in the bucket's other
+    replicates while prod and ref are finite). There this rule calls prod's own bias significant and the
+    bucket test's would call it insignificant, which would attribute more biases to ref and could turn a
+    FAIL into a PASS; tests/test_bias_stats.py checks where the two differ."""
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.sqrt(count) * mean / std
     return np.where(std > 0, z, np.where(mean == 0, 0.0, np.inf))

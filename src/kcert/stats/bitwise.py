@@ -171,7 +171,8 @@ def growth_test(early: dict[str, MomentAccumulator], final: dict[str, MomentAccu
             ze = np.concatenate([ze, np.full(zf.size - ze.size, np.nan)])
         z_early.append(ze)
         z_final.append(zf)
-    return GrowthTest(early_replicates, replicates, float(threshold), stats, tuple(z_early), tuple(z_final))
+    return GrowthTest(early_replicates=early_replicates, replicates=replicates, threshold=float(threshold),
+                      statistics=stats, z_early=tuple(z_early), z_final=tuple(z_final))
 
 
 # -- the classification the report prints ------------------------------------------------------

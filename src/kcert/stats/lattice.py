@@ -53,3 +53,17 @@ def spread_within_cells(x, spacing: float, upwards: bool, rng: np.random.Generat
     v = spacing * rng.random(int(move.sum()))
     x[move] = x[move] + v if upwards else np.maximum(x[move] - v, 0.0)
     return x
+
+
+LATTICE_STREAM = 23  # the spread's generator: the run's seed and this stream (no other draw uses it)
+
+
+def spread_lattices(a, b, seed: int,
+                    tied_share: float = TIED_SHARE) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
+    """Prod's (``a``) and ref's (``b``) errors each spread within their lattice cells when they are mostly
+    tied (prod upwards, ref downwards: the spread tail ratio is at least the lattice one), from a generator
+    on ``seed`` and :data:`LATTICE_STREAM`; and the two spacings (0: not a lattice)."""
+    spacing = (lattice_spacing(a, tied_share), lattice_spacing(b, tied_share))
+    rng = np.random.default_rng([int(seed), LATTICE_STREAM])
+    return (spread_within_cells(a, spacing[0], True, rng), spread_within_cells(b, spacing[1], False, rng),
+            spacing)

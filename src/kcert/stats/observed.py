@@ -133,8 +133,10 @@ def observed_tail(a, b, *, slack: float = 1.0, line: float = 2.0, depth: float =
     ratio = 0.0 if excess == 0 else (math.inf if max_b == 0 else excess / max_b)
     scanned = max(1, min(2 * a.size, int(math.ceil(depth * a.size))))
     if excess == 0:
-        return ObservedTail(ratio, max_a, max_b, float(line), 1.0, 1, 0, scanned)
+        return ObservedTail(ratio=ratio, max_prod=max_a, max_ref=max_b, line=float(line), p_value=1.0, depth=1,
+                            prod_in_top=0, scanned=scanned)
     labels = _labels((a - slack) / line, b, scanned)
     counts = np.cumsum(labels)
     p, m = scan_p_value(counts, a.size, b.size)
-    return ObservedTail(ratio, max_a, max_b, float(line), p, m, int(counts[m - 1]), scanned)
+    return ObservedTail(ratio=ratio, max_prod=max_a, max_ref=max_b, line=float(line), p_value=p, depth=m,
+                        prod_in_top=int(counts[m - 1]), scanned=scanned)

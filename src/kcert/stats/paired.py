@@ -133,8 +133,10 @@ def paired_bound(a, b, horizon: float, alpha: float, *, slack: float, quantile: 
         ref_rate = exceedances_of(b, quantile, min_exceedances).rate
         side = exceedances_of(np.maximum(d, 0.0), quantile, min_exceedances)
     except ValueError:  # too few positive values for a tail: nothing bounds the unseen differences
-        return PairedBound(math.inf, math.inf, floor, math.nan, share, float(d.max()), int(np.sum(d > 0)), alpha)
+        return PairedBound(ratio_upper=math.inf, upper=math.inf, ref_floor=floor, growth=math.nan, share=share,
+                           max_difference=float(d.max()), positive=int(np.sum(d > 0)), alpha=alpha)
     growth = return_level_growth(share, horizon * ref_rate)
     upper = return_level_upper(side, horizon / share, alpha)
     ratio = growth + max(0.0, upper - slack) / floor if floor > 0 else math.inf
-    return PairedBound(float(ratio), float(upper), floor, growth, share, float(d.max()), int(np.sum(d > 0)), alpha)
+    return PairedBound(ratio_upper=float(ratio), upper=float(upper), ref_floor=floor, growth=growth, share=share,
+                       max_difference=float(d.max()), positive=int(np.sum(d > 0)), alpha=alpha)

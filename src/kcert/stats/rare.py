@@ -55,6 +55,8 @@ def rare_event_limit(replicates: int, horizon: float, confidence: float = 0.95) 
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     if replicates < 1:
-        return RareEventLimit(int(replicates), float(confidence), 1.0, float(horizon), float(horizon))
+        return RareEventLimit(replicates=int(replicates), confidence=float(confidence), rate=1.0,
+                              horizon=float(horizon), calls_at_horizon=float(horizon))
     rate = -math.expm1(math.log1p(-confidence) / replicates)
-    return RareEventLimit(int(replicates), float(confidence), rate, float(horizon), rate * float(horizon))
+    return RareEventLimit(replicates=int(replicates), confidence=float(confidence), rate=rate, horizon=float(horizon),
+                          calls_at_horizon=rate * float(horizon))

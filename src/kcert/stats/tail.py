@@ -128,6 +128,24 @@ class TailFitResult:
         return self.return_level_at(horizon) + 3.0 * float(np.std(levels, ddof=1))
 
 
+def _over_threshold(sample: np.ndarray, threshold_quantile: float) -> tuple[int, float, np.ndarray]:
+    """The positive values' count, the threshold u (their ``threshold_quantile`` quantile) and the
+    excesses over it, in sample order."""
+    positive = sample[sample > 0]
+    threshold = float(np.quantile(positive, threshold_quantile)) if positive.size else 0.0
+    return int(positive.size), threshold, positive[positive > threshold] - threshold
+
+
+def fit_tail_if_possible(k, horizon: float, threshold_quantile: float = 0.90, bootstrap: int = 1000,
+                         seed: int = 0) -> TailFitResult | None:
+    """:func:`fit_tail` of finite, non-negative ``k``, or None when fewer than three values exceed the
+    threshold (no tail to fit: a finding, not an error). Invalid input still raises ``ValueError``."""
+    _, _, exceedances = _over_threshold(np.asarray(k, np.float64), float(threshold_quantile))
+    if exceedances.size < 3:
+        return None
+    return fit_tail(k, horizon, threshold_quantile=threshold_quantile, bootstrap=bootstrap, seed=seed)
+
+
 def fit_tail(
     k,
     horizon: float,
@@ -172,10 +190,7 @@ def fit_tail(
         raise ValueError(f"bootstrap must be >= 2 resamples for a standard error, got {bootstrap}")
 
     n_total = int(sample.size)
-    positive = sample[sample > 0]
-    n_positive = int(positive.size)
-    threshold = float(np.quantile(positive, threshold_quantile)) if n_positive else 0.0
-    exceedances = positive[positive > threshold] - threshold  # sample order kept
+    n_positive, threshold, exceedances = _over_threshold(sample, threshold_quantile)
     n_exc = int(exceedances.size)
     if n_exc < 3:
         raise ValueError(
@@ -270,7 +285,8 @@ def mean_excess(k, thresholds) -> MeanResidualLifeResult:
             me[j] = y.mean()
         if y.size >= 2:
             se[j] = y.std(ddof=1) / math.sqrt(y.size)
-    return MeanResidualLifeResult(_frozen(u.copy()), _frozen(me), _frozen(n.astype(np.int64)), _frozen(se))
+    return MeanResidualLifeResult(thresholds=_frozen(u.copy()), mean_excess=_frozen(me),
+                                  n_exceedances=_frozen(n.astype(np.int64)), standard_error=_frozen(se))
 
 
 @dataclass(frozen=True, eq=False)
@@ -310,5 +326,6 @@ def threshold_stability(k, quantiles, shape_bounds=(-1.0, 1.0), min_exceedances:
         if y.size >= int(min_exceedances):
             fit = fit_gpd(y, (a, b))
             xi[j], sigma[j] = fit.shape, fit.scale
-    return ThresholdStabilityResult(_frozen(q.copy()), _frozen(u), _frozen(n), _frozen(xi), _frozen(sigma),
-                                    _frozen(sigma - xi * u), (a, b))
+    return ThresholdStabilityResult(quantiles=_frozen(q.copy()), thresholds=_frozen(u), n_exceedances=_frozen(n),
+                                    shapes=_frozen(xi), scales=_frozen(sigma), modified_scales=_frozen(sigma - xi * u),
+                                    shape_bounds=(a, b))

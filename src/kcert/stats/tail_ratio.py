@@ -148,7 +148,8 @@ def exceedances_or_reason(x, quantile: float = 0.90, min_exceedances: int = 10) 
     y = positive[positive > u] - u
     if y.size < 3:
         return f"{positive.size} positive values of {x.size}: fewer than 3 excesses over u = {u:.3g}"
-    return Exceedances(u, y, int(x.size), q, int(positive.size), float(x.max()))
+    return Exceedances(threshold=u, excesses=y, n_total=int(x.size), quantile=q, n_positive=int(positive.size),
+                       maximum=float(x.max()))
 
 
 @dataclass(frozen=True)
@@ -468,7 +469,8 @@ def _fit(prod: Exceedances, ref: Exceedances, horizon: float, slack: float, boun
     l_common = float(mca[0] + mcb[0]) + pa.b_hat + pb.b_hat
     stat = max(0.0, 2.0 * ((la + lb) - l_common))
     p = 0.5 * float(stats.chi2.sf(stat, 1)) if (xa > xb and stat > 0) else 1.0
-    test = HeterogeneityTest(stat, p, xa, xb, xc, heterogeneity_level, bool(p < heterogeneity_level))
+    test = HeterogeneityTest(statistic=stat, p_value=p, shape_prod=xa, shape_ref=xb, shape_common=xc,
+                             level=heterogeneity_level, rejects=bool(p < heterogeneity_level))
     if test.rejects:
         model, shapes, scales, ll = "separate shapes", (xa, xb), (sa, sb), la + lb
     else:
@@ -476,7 +478,9 @@ def _fit(prod: Exceedances, ref: Exceedances, horizon: float, slack: float, boun
     ra, rb = pa.return_level(shapes[0], scales[0]), pb.return_level(shapes[1], scales[1])
     common = float(_ratio(pa.return_level(xc, float(sca[0])), pb.return_level(xc, float(scb[0])), slack))
     separate = float(_ratio(pa.return_level(xa, sa), pb.return_level(xb, sb), slack))
-    return _Fit(pa, pb, test, model, shapes, scales, (ra, rb), float(_ratio(ra, rb, slack)), ll, common, separate)
+    return _Fit(prod=pa, ref=pb, test=test, model=model, shapes=shapes, scales=scales, return_levels=(ra, rb),
+                estimate=float(_ratio(ra, rb, slack)), log_likelihood=ll, common_estimate=common,
+                separate_estimate=separate)
 
 
 def tail_ratio_estimate(prod: Exceedances, ref: Exceedances, horizon: float, *, slack: float = 1.0,
@@ -609,3 +613,40 @@ def _extreme(region, xi_grid: np.ndarray, splits: np.ndarray, maximise: bool) ->
     up, lw = region(xi_grid, splits, True)
     _, _, value = best_of(up if maximise else lw)
     return max(best, value) if maximise else min(best, value)
+
+
+# --- refits of the estimate: other thresholds, halves of the replicates ------------------------------
+
+
+def estimates_at_quantiles(a, b, horizon: float, quantiles, *, slack: float = 1.0,
+                           separate_level: float = 0.0) -> tuple[tuple[float, float], ...]:
+    """The A_T estimate (:func:`tail_ratio_estimate`) refitted with each side's threshold at each of
+    ``quantiles``: (quantile, estimate) for those that leave each side three excesses."""
+    found = []
+    for q in quantiles:
+        s_a, s_b = (exceedances_or_reason(x, q, 3) for x in (a, b))
+        if isinstance(s_a, str) or isinstance(s_b, str):
+            continue
+        found.append((q, tail_ratio_estimate(s_a, s_b, horizon, slack=slack, separate_level=separate_level)))
+    return tuple(found)
+
+
+def half_estimates(a, b, horizon: float, quantile: float, min_exceedances: int, *, slack: float = 1.0,
+                   separate_level: float = 0.0) -> tuple[float, float] | None:
+    """The A_T estimate on the even and on the odd replicates (None when a half leaves a side fewer than
+    three excesses)."""
+    a, b = np.asarray(a), np.asarray(b)
+    halves = []
+    for sl in (slice(0, None, 2), slice(1, None, 2)):
+        h_a, h_b = (exceedances_or_reason(x[sl], quantile, min_exceedances) for x in (a, b))
+        if isinstance(h_a, str) or isinstance(h_b, str):
+            return None
+        halves.append(tail_ratio_estimate(h_a, h_b, horizon, slack=slack, separate_level=separate_level))
+    return tuple(halves)
+
+
+def tied_excesses(s: Exceedances) -> bool:
+    """Fewer distinct excesses than half their number, counted up to 1e-6 of the tail's scale."""
+    scale = float(s.threshold + s.excesses.max())
+    distinct = np.unique(np.round(s.excesses / (scale * 1e-6))).size if scale > 0 else 1
+    return distinct < 0.5 * s.n
