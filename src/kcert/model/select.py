@@ -150,11 +150,17 @@ class _Attribute(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
-        if self.stack and name not in _NOT_COMPUTE and any(
-                isinstance(t, torch.Tensor) and t.is_floating_point() for t in tree_leaves(out)):
+        # an op computes when it takes and returns floating tensors (a mask built from a boolean one and a
+        # scalar does not: it is set up, not computed on values)
+        if self.stack and name not in _NOT_COMPUTE and _floating(out) and _floating((args, kwargs), 2):
             top = self.stack[-1]
             self.trace.own_ops[top] = self.trace.own_ops.get(top, 0) + 1
         return out
+
+
+def _floating(tree, numel: int = 1) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= numel
+               for t in tree_leaves(tree))
 
 
 def trace(model: nn.Module, names: Mapping[str, nn.Module], kwargs: dict) -> Trace:
