@@ -28,6 +28,15 @@ class EpsOutside(Norm):
         return self.weight * (xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)).to(x.dtype)
 
 
+class FusedGain(Norm):
+    """Benign: the gain applied in float32 before the one rounding (the same function, rounded once
+    instead of twice)."""
+
+    def forward(self, x):
+        xf = x.float()
+        return (self.weight.float() * xf / torch.sqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
 class Attention(nn.Module):
     def __init__(self, d, heads=2):
         super().__init__()
@@ -45,11 +54,6 @@ class Attention(nn.Module):
         return self.o((w @ v).transpose(1, 2).reshape(b, s, d))
 
 
-class ScaledFirst(Attention):
-    """Benign: the scale applied to q before the product (algebraically equal, rounded differently)."""
-
-    def scores(self, q, k):
-        return (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)
 
 
 class MLP(nn.Module):

@@ -117,6 +117,22 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         A model that is not a module, inputs that are not probes, a selection that matches no module.
     kcert.KernelError
         ref_model does not run on the inputs, or a module raises on the recorded inputs.
+
+    Examples
+    --------
+    A gated MLP against a copy whose activation is the tanh-approximate GELU instead of the exact one
+    (tiny and 64 replicates so that it runs in seconds; the default is 1024):
+
+    >>> import copy, torch, kcert
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)).eval()
+    >>> prod = copy.deepcopy(ref)
+    >>> prod[1] = torch.nn.GELU(approximate="tanh")
+    >>> cert = kcert.certify_model(ref, prod, {"input": kcert.Gaussian((8, 16), shift=0.1)}, dtype=torch.float32,
+    ...                            backward=False, end_to_end=False, replicates=64, peer_rules=False)
+    >>> cert.first_failure.module, cert.first_failure.kind
+    ('1', 'GELU')
     """
     _check(ref_model, prod_model, inputs, modules, loss, dtype, name)
     settings = Settings.build(settings, **overrides).check()

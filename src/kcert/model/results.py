@@ -36,7 +36,7 @@ class ModuleRow:
     prod_kind: str
     direction: str
     order: int
-    certificate: Certificate | None = None
+    certificate: Certificate | None = field(default=None, repr=False)
     skipped_reason: str | None = None
     notes: tuple[str, ...] = ()
 
@@ -122,6 +122,14 @@ class ModelCertificate:
         The selection in words.
     provenance : dict
         seed, replicates, dtype, wall time, the command.
+
+    Examples
+    --------
+    >>> from kcert.model.results import ModelCertificate, ModuleRow
+    >>> rows = (ModuleRow("layers.0", "Block", "Block", "forward", 0, skipped_reason="no floating output"),)
+    >>> cert = ModelCertificate("tiny", rows, unmatched=(("prod", "layers.0.extra"),))
+    >>> cert.verdict.value, cert.first_failure  # an unmatched module holds the verdict at WARN
+    ('WARN', None)
     """
 
     name: str

@@ -45,6 +45,22 @@ class Modules:
     (``leaves=True``: no children). Nothing given selects the default: every module that computes
     something itself (docs/model.md). The root is never a module row (the end-to-end rows cover it).
 
+    Parameters
+    ----------
+    names : sequence of str, default ()
+        fnmatch patterns on qualified names (a single string is one pattern).
+    types : sequence of type or str, default ()
+        Module classes (``isinstance``) or class names (exact).
+    depth : int or None, default None
+        The deepest level selected (the number of dots in the name).
+    leaves : bool, default False
+        Only modules without children.
+
+    Raises
+    ------
+    kcert.CaseError
+        A criterion of the wrong kind (an empty pattern, a class that is not a module, a negative depth).
+
     Examples
     --------
     >>> import kcert
