@@ -186,7 +186,7 @@ def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, 
     exact = {k: v.detach().to(torch.float64) if v.is_floating_point() else v for k, v in trial.items()}
     leaves = {k: exact[k].clone().requires_grad_() for k in candidates}
     g = torch.Generator().manual_seed(0)
-    try:
+    try:  # ref's exact gradients on the first replicate's recording, for one cotangent
         with RealMode(torch.float64), torch.enable_grad():
             outs = forward.ref(**{**exact, **leaves})
             live = [(o, n) for o, n in zip(outs, names) if o.requires_grad]
@@ -202,6 +202,9 @@ def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, 
     vanishing = [k for k in leaves if k not in unused and size[k] <= VANISHING * scale]
     wrt = [k for k in leaves if k not in unused and k not in vanishing]
     notes = []
+    if unused:
+        notes.append("inputs and parameters no output depends on, not differentiated: "
+                     + ", ".join(_pretty(k) for k in unused))
     if vanishing:
         notes.append("gradients that vanish in exact arithmetic, not certified (float64 |grad| <= "
                      f"{VANISHING:g} x the module's largest): " + ", ".join(_pretty(k) for k in vanishing))
