@@ -84,7 +84,10 @@ class ModuleCall:
         kwargs.pop(RECORDING, None)
         values = {k: _in_mode(v) for k, v in kwargs.items()}
         args, kw = self.layout.rebuild(values)
-        state = {p: values[param_key(p)] for p in self.params}
+        # a torch.compile'd module (its wrapper is called, so it runs compiled) names its parameters
+        # _orig_mod.<name>
+        prefix = "_orig_mod." if isinstance(getattr(self.module, "_orig_mod", None), nn.Module) else ""
+        state = {prefix + p: values[param_key(p)] for p in self.params}
         out = functional_call(self.module, state, args, kw) if state else self.module(*args, **kw)
         picked = tuple(_pick(out, path) for path in self.outputs)
         for path, value in zip(self.outputs, picked):
