@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.func import functional_call
-from torch.utils._pytree import keystr, tree_flatten_with_path, tree_leaves
+from torch.utils._pytree import GetAttrKey, MappingKey, keystr, tree_flatten_with_path
 
 from ..backward import gradients
-from ..case import Axes, Case, Fixed, Gaussian, Probe
+from ..case import Axes, Case, Fixed, Probe
 from ..errors import CaseError, KernelError
 from ..execution import seeding
 from ..execution.realmode import RealMode
@@ -290,10 +290,4 @@ def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping
 
 
 def _attr_path(out, name):
-    from torch.utils._pytree import GetAttrKey, MappingKey
-
     return MappingKey(name) if isinstance(out, Mapping) else GetAttrKey(name)
-
-
-def first_floating(out) -> bool:
-    return any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in tree_leaves(out))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten_with_path, keystr
+from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten
 
 from ..case import Custom, Probe
 from ..errors import CaseError, KernelError
@@ -123,8 +123,6 @@ class Layout:
         return out
 
     def rebuild(self, values: Mapping[str, torch.Tensor]) -> tuple[tuple, dict]:
-        from torch.utils._pytree import tree_unflatten
-
         leaves = [values[n] if n is not None else self.fixed[i] for i, n in enumerate(self.names)]
         return tree_unflatten(leaves, self.spec)
 
