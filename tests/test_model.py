@@ -134,3 +134,16 @@ def test_a_checkpoint_per_row_resumes(tmp_path):
     again = kcert.certify_model(ref, prod, INPUTS, resume=True, **options)
     assert [r.verdict for r in again.rows] == [r.verdict for r in first.rows]
     assert all(r.certificate.provenance.resumed for r in again.rows)
+
+
+def test_a_backward_row_resumes_from_its_checkpoint(tmp_path):
+    # a gradient row (its case built by kcert.gradients over the recorded probes) resumes like a forward one
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", FusedGain)
+    options = dict(modules=kcert.Modules(names=("layers.0.norm1",)), end_to_end=False,
+                   checkpoint=tmp_path / "run.npz", **FAST)
+    first = kcert.certify_model(ref, prod, INPUTS, **options)
+    again = kcert.certify_model(ref, prod, INPUTS, resume=True, **options)
+    assert [r.direction for r in again.rows] == ["forward", "backward"]
+    assert [r.verdict for r in again.rows] == [r.verdict for r in first.rows]
+    assert all(r.certificate.provenance.resumed for r in again.rows)

@@ -163,17 +163,28 @@ def layout_of(module: nn.Module, recorded: tuple[tuple, dict], grad_recorded: tu
     return Layout(spec, kept, fixed, activations, floating)
 
 
-class Slot:
-    """The tensor leaves of the latest recording, handed from the recording probe to the leaf probes."""
+_HELD: dict[int, dict[str, torch.Tensor]] = {}  # Slot -> the tensor leaves of its latest recording
 
-    def __init__(self):
-        self.values: dict[str, torch.Tensor] | None = None
+
+class Slot:
+    """Where the recording probe hands the latest recording's tensor leaves to the leaf probes. It holds no
+    attribute of its own (the values live in :data:`_HELD`), so a checkpoint's fingerprint of the case, which
+    follows the probes' functions and their attributes, does not depend on which replicate ran last."""
+
+    __slots__ = ()
+
+    def put(self, values: dict[str, torch.Tensor]) -> None:
+        _HELD[id(self)] = values
 
     def take(self, name: str) -> torch.Tensor:
-        if self.values is None or name not in self.values:
+        values = _HELD.get(id(self))
+        if values is None or name not in values:
             raise KernelError(f"recorded argument {name!r} was asked for before its recording ran (kcert draws "
                               "a module case's probes in order; the recording probe comes first)")
-        return self.values[name]
+        return values[name]
+
+    def __del__(self):
+        _HELD.pop(id(self), None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,7 +203,7 @@ class Recorder:
     def __call__(self, generator, device):
         kwargs = draw_model_inputs(self.inputs, generator, device, self.dtype)
         recorded = record(self.ref_model, self.module, kwargs, self.where, self.extra)
-        self.slot.values = self.layout.flatten(recorded, self.where)
+        self.slot.put(self.layout.flatten(recorded, self.where))
         return torch.zeros((), dtype=torch.int64, device=device)  # a token: the kernels ignore it
 
 
