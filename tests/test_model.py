@@ -147,3 +147,15 @@ def test_a_backward_row_resumes_from_its_checkpoint(tmp_path):
     assert [r.direction for r in again.rows] == ["forward", "backward"]
     assert [r.verdict for r in again.rows] == [r.verdict for r in first.rows]
     assert all(r.certificate.provenance.resumed for r in again.rows)
+
+
+def test_a_compiled_submodule_is_matched_and_called_compiled():
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", EpsOutside)
+    prod.layers[0].norm1 = torch.compile(prod.layers[0].norm1, backend="eager")
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("layers.0.norm1",)), backward=False,
+                               end_to_end=False, **FAST)
+    assert not cert.unmatched  # the _orig_mod level is dropped from the names
+    row = cert.row("layers.0.norm1")
+    assert row.prod_kind == "OptimizedModule"
+    assert row.verdict is Verdict.FAIL  # the compiled defect, called through its wrapper with ref's parameters

@@ -69,6 +69,15 @@ def _pick(out, path: tuple):
     return out
 
 
+def call_module(module: nn.Module, params: Mapping[str, torch.Tensor], args: tuple, kwargs: dict):
+    """``module(*args, **kwargs)`` with ``params`` in place of its parameters (none: its own). A torch.compile'd
+    module's wrapper is called, so it runs compiled; it names its parameters ``_orig_mod.<name>``."""
+    if not params:
+        return module(*args, **kwargs)
+    prefix = "_orig_mod." if isinstance(getattr(module, "_orig_mod", None), nn.Module) else ""
+    return functional_call(module, {prefix + k: v for k, v in params.items()}, args, kwargs)
+
+
 @dataclass(frozen=True, eq=False)
 class ModuleCall:
     """A module called as a kcert kernel on a recorded ``(args, kwargs)``: ``kernel(**recorded, **params)``
@@ -84,11 +93,7 @@ class ModuleCall:
         kwargs.pop(RECORDING, None)
         values = {k: _in_mode(v) for k, v in kwargs.items()}
         args, kw = self.layout.rebuild(values)
-        # a torch.compile'd module (its wrapper is called, so it runs compiled) names its parameters
-        # _orig_mod.<name>
-        prefix = "_orig_mod." if isinstance(getattr(self.module, "_orig_mod", None), nn.Module) else ""
-        state = {prefix + p: values[param_key(p)] for p in self.params}
-        out = functional_call(self.module, state, args, kw) if state else self.module(*args, **kw)
+        out = call_module(self.module, {p: values[param_key(p)] for p in self.params}, args, kw)
         picked = tuple(_pick(out, path) for path in self.outputs)
         for path, value in zip(self.outputs, picked):
             if not isinstance(value, torch.Tensor):
@@ -146,7 +151,7 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
         try:
             with torch.no_grad():
                 args, kw = layout.rebuild(values)
-                out = functional_call(module, param_values, args, kw) if params else module(*args, **kw)
+                out = call_module(module, param_values, args, kw)
         except Exception as exc:
             raise KernelError(f"{where}: {role}'s module raised {type(exc).__name__} on ref's recorded inputs: "
                               f"{exc}") from exc
