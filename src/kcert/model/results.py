@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..certificate import Certificate
+from ..results.gates import ALGEBRA
 from ..verdict import Verdict
 
 DIRECTIONS = ("forward", "backward", "end to end")
@@ -64,7 +67,7 @@ class ModuleRow:
             return self.skipped_reason or "skipped"
         parts = []
         gate = self.deciding_gate
-        if gate == "algebra":
+        if gate == ALGEBRA.name:
             reason = cert.algebra.reason
             parts.append("algebra: " + (reason if len(reason) <= 60 else reason[:57] + "..."))
         effect = bias_effect(cert)
@@ -81,25 +84,17 @@ class ModuleRow:
 
 
 def bias_effect(cert: Certificate) -> float | None:
-    """The largest |effect| in ULP over the bias gate's buckets and outputs (None when none was measured)."""
-    best = None
-    for b in cert.bias:
-        for test in getattr(b, "tests", ()):
-            effects = getattr(test, "effect_ulp", None)
-            if effects is None:
-                continue
-            try:
-                values = [abs(float(e)) for e in effects if e == e]
-            except TypeError:
-                continue
-            if values:
-                best = max(values) if best is None else max(best, max(values))
-    return best
+    """The largest |effect| in ULP over the bias gate's buckets, statistics and outputs (None when none was
+    measured: no bucket had a finite effect)."""
+    effects = [np.abs(t.effect_ulp) for b in cert.bias for t in b.tests]
+    finite = [e[np.isfinite(e)] for e in effects]
+    values = [float(e.max()) for e in finite if e.size]
+    return max(values) if values else None
 
 
 def variance_bound(cert: Certificate) -> float | None:
     """The largest upper bound U of the tail ratio over the outputs (None when the gate did not run)."""
-    found = [v.interval.upper for v in cert.variance if getattr(v, "interval", None) is not None]
+    found = [v.upper_bound for v in cert.variance if v.upper_bound is not None]
     return max(found) if found else None
 
 
