@@ -121,6 +121,12 @@ class BiasResult:
         """Worst verdict code per bucket over the statistics."""
         return np.max(np.stack([t.verdict for t in self.tests]), axis=0) if self.tests else np.zeros(0, np.int8)
 
+    def signed_effect_ulp(self, test: BucketTestResult) -> np.ndarray:
+        """One statistic's signed mean per bucket in the bucket's ULP (NaN where the ULP is not positive);
+        the test's ``effect_ulp`` is its magnitude."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.ulp > 0, test.mean / self.ulp, np.nan)
+
     def count(self, verdict: Verdict) -> int:
         code = {Verdict.FAIL: FAIL, Verdict.WARN: WARN}[verdict]
         return int(np.sum(self.bucket_verdicts() == code))
