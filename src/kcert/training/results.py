@@ -142,6 +142,11 @@ class TrainingComparison:
         return {"FAIL": TrainingVerdict.DIFFERS.value, "PASS": TrainingVerdict.INDISTINGUISHABLE.value}.get(
             self.certificate.verdict, "review (WARN/SKIPPED)")
 
+    @property
+    def median_distance(self) -> float:
+        """The median over seeds (NaN-skipping) of the final parameters' |prod - ref| / |ref - init|."""
+        return float(np.nanmedian([r.distance for r in self.runs]))
+
     def mean_loss(self, arm: str, window: int = 1) -> np.ndarray:
         """One arm's (``"ref"`` or ``"prod"``) training loss per step, the mean over seeds (NaN-skipping),
         after a moving average of ``window`` steps: the i-th value ends at step i + window."""
