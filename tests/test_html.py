@@ -94,6 +94,27 @@ def test_plots_are_png_and_need_a_tail(certs):
         plots.tail_qq(good.variance[0])
 
 
+def test_the_tail_figures_numbers_come_from_the_result(certs):
+    # what error_tails and tail_qq draw is the result's: each side's curve passes through the interval's
+    # return level at T, its QQ points are its exceedances, and the observed levels are its largest errors
+    good, bad = certs
+    v, iv = bad.variance[0], bad.variance[0].interval
+    horizons, curves = v.return_level_curves()
+    for side, level, count in (("prod", iv.return_level_prod, iv.exceedances_prod),
+                               ("ref", iv.return_level_ref, iv.exceedances_ref)):
+        assert np.all(np.diff(curves[side]) >= 0)
+        at_t = np.interp(np.log(iv.horizon), np.log(horizons), curves[side])
+        assert at_t == pytest.approx(level, rel=0.02)
+        model, excess = v.tail_qq(side)
+        assert excess.size == model.size == count and np.all(np.diff(excess) >= 0) and excess[0] >= 0
+        period, largest = v.observed_return_levels(side)
+        assert largest[0] == v.errors_in_units(side).max() and period[0] == v.errors_in_units(side).size
+    assert curves["prod"][-1] > curves["ref"][-1]  # the bf16 gain's tail outgrows ref's
+    assert good.variance[0].return_level_curves() is None
+    with pytest.raises(ValueError, match="no tail fit"):
+        good.variance[0].tail_qq("prod")
+
+
 def test_import_kcert_does_not_import_matplotlib():
     code = "import kcert, kcert.report.html, sys; assert 'matplotlib' not in sys.modules, 'matplotlib loaded'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

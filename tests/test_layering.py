@@ -196,6 +196,40 @@ def test_report_imports_no_gate():
     assert not found, "report/ must not import a gate:\n" + "\n".join(found)
 
 
+# Functions report/ may take from stats/: they put a finding into words and compute nothing.
+REPORT_STATS_WORDS = {("kcert.stats.aggregation", "short_sentence")}
+
+
+def _stats_names(name: str, path: Path, tree: ast.AST):
+    """(line, module, name) for every name a module takes from kcert.stats (name None: the module itself)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name, None) for a in node.names if _in(a.name, "kcert.stats"))
+        elif isinstance(node, ast.ImportFrom):
+            parent = node.module
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                parent = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                if _in(f"{parent}.{alias.name}", "kcert.stats"):
+                    module = SRC.parent.joinpath(*f"{parent}.{alias.name}".split("."))
+                    if module.with_suffix(".py").exists() or (module / "__init__.py").exists():
+                        yield node.lineno, f"{parent}.{alias.name}", None
+                    elif _in(parent, "kcert.stats"):
+                        yield node.lineno, parent, alias.name
+
+
+def test_report_computes_no_statistic():
+    """report/ takes only constants (codes, labels) from kcert.stats, never a module or a function: a
+    number a renderer shows beyond a stored field is a method of its result type (issue 24, item 6)."""
+    found = [f"{path.relative_to(SRC)}:{line} takes {module}" + (f".{what}" if what else "")
+             for name, path, tree in _modules() if _in(name, "kcert.report")
+             for line, module, what in sorted(set(_stats_names(name, path, tree)), key=str)
+             if what is None or not (what.isupper() or (module, what) in REPORT_STATS_WORDS)]
+    assert not found, "report/ must compute no statistic (give the result type a method):\n" + "\n".join(found)
+
+
 def test_gates_import_only_result_types_from_execution():
     found = [f"{path.relative_to(SRC)}:{line} imports {module}"
              for name, path, tree in _modules() if _in(name, "kcert.gates")

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..certificate import AlgebraResult, BiasResult, BitwiseResult, Provenance
 from ..numbers import fmt
 from ..results.gates import BUILTIN
-from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, PASS, WARN
+from ..stats.bias import FAIL, PASS, WARN
 from ..stats.bitwise import COHERENT
 
 # --- the algebra gate's evidence ------------------------------------------------------------------
@@ -185,9 +183,7 @@ def significance(b: BiasResult) -> Significance:
     """Count the significant buckets of ``b`` by the bias gate's verdict on them."""
     if not b.tests:
         return Significance(0, 0, 0, 0, b.thresholds.z_star, b.thresholds.ulp_floor)
-    significant = np.logical_or.reduce([np.abs(np.nan_to_num(t.z)) > b.thresholds.z_star for t in b.tests])
-    verdicts = b.bucket_verdicts()
-    to_ref = np.logical_or.reduce([t.reason == ATTRIBUTED_TO_REF for t in b.tests])
+    significant, verdicts, to_ref = b.significant_buckets(), b.bucket_verdicts(), b.attributed_to_ref()
     return Significance(int(significant.sum()), int((significant & (verdicts == FAIL)).sum()),
                         int((significant & (verdicts == WARN)).sum()),
                         int((significant & (verdicts == PASS) & to_ref).sum()), b.thresholds.z_star,

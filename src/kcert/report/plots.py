@@ -1,7 +1,8 @@
 """Figures of the HTML report: each a plain function that reads result objects and returns PNG bytes.
 
-Plots only read results. Quantities the diagnostics need beyond what a result stores (GPD quantiles,
-return-level curves) come from :mod:`kcert.stats.tail`, computed on the result's stored errors. matplotlib is imported lazily, and
+Plots only read results and draw them: every quantity a figure shows beyond a stored field (errors in
+harm units, return-level curves, QQ points, signed effects) comes from a method of the result type, so
+report/ computes no statistic. matplotlib is imported lazily, and
 through :class:`matplotlib.figure.Figure` with the Agg canvas only: no pyplot, no global state.
 """
 
@@ -13,7 +14,6 @@ import textwrap
 import numpy as np
 
 from ..certificate import BiasResult, BitwiseResult, VarianceResult
-from ..stats import tail as tailstats
 from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, PASS, WARN
 
 __all__ = [
@@ -71,8 +71,7 @@ def bias_effects(result: BiasResult) -> bytes:
     few = result.buckets <= 24
     for row, t in enumerate(tests):
         title, up, down = _STAT_NAMES.get(t.statistic, (t.statistic, "+", "-"))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            signed = np.where(result.ulp > 0, t.mean / result.ulp, np.nan)
+        signed = result.signed_effect_ulp(t)
         colour = np.full(x.shape, COLOURS["PASS"], dtype=object)
         colour[(t.verdict == PASS) & (t.reason == ATTRIBUTED_TO_REF)] = COLOURS["REF"]
         colour[t.verdict == WARN] = COLOURS["WARN"]
@@ -146,23 +145,11 @@ def _mark_threshold(ax, u: float, label: str = "u", vertical: bool = True) -> No
         ax.text(u, 0.98, f" {label}", transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="#8250df")
 
 
-def _units(result: VarianceResult, side: str) -> np.ndarray:
-    units = result.error_prod_units if side == "prod" else result.error_ref_units
-    if units is None:
-        units = (result.error_prod if side == "prod" else result.error_ref) / result.epsilon
-    return units[np.isfinite(units)]
-
-
-def _gpd_curve(threshold, rate, shape, scale, horizons):
-    """The return level at each horizon (``return_level`` takes one horizon at a time)."""
-    return np.array([float(tailstats.return_level(threshold, rate, h, shape, scale)) for h in horizons])
-
-
 def error_tails(result: VarianceResult) -> bytes:
     """Left: the distributions of prod's and ref's errors against the oracle (harm units). Right: each
     side's observed errors at their return periods (the i-th largest of N: once in N/i calls), the fitted
     GPD return-level curves out past the horizon, the return levels at T and the tail ratio's bound."""
-    a, b = _units(result, "prod"), _units(result, "ref")
+    a, b = result.errors_in_units("prod"), result.errors_in_units("ref")
     unit = f"{result.harm_format} ULP" if result.harm_format else "harm units"
     fig = _figure(11, 3.6)
     left, right = fig.subplots(1, 2)
@@ -177,7 +164,7 @@ def error_tails(result: VarianceResult) -> bytes:
         for x, name, colour, style in ((b, "ref", COLOURS["REF"], "-"), (a, "prod", "#0969da", "--")):
             left.hist(x, bins=bins, color=colour, alpha=0.25, histtype="stepfilled")
             left.hist(x, bins=bins, color=colour, histtype="step", linewidth=1.6, linestyle=style,
-                      label=f"{name} (median {np.median(x):.3g})")
+                      label=f"{name} (median {result.error_median(name):.3g})")
         if hi > 100 * lo:
             left.set_xscale("log")
         left.axvline(result.thresholds.slack, color=COLOURS["GREY"], linestyle=":", linewidth=1)
@@ -189,17 +176,13 @@ def error_tails(result: VarianceResult) -> bytes:
     left.set_ylabel("replicates", fontsize=9)
 
     iv = result.interval
-    for x, name, colour in ((b, "ref", COLOURS["REF"]), (a, "prod", "#0969da")):
-        xs = np.sort(x)[::-1]
-        xs = xs[xs > 0][:200]
-        period = x.size / np.arange(1, xs.size + 1)
-        right.plot(period, xs, "o", color=colour, markersize=3, label=f"{name} observed")
+    for name, colour in (("ref", COLOURS["REF"]), ("prod", "#0969da")):
+        period, levels = result.observed_return_levels(name)
+        right.plot(period, levels, "o", color=colour, markersize=3, label=f"{name} observed")
     if iv is not None:
-        horizons = np.geomspace(1.0 / max(iv.exceedances_prod / a.size, 1e-12), 10.0 * iv.horizon, 60)
-        for name, u, n, shape, scale, colour in (
-                ("prod", iv.threshold_prod, iv.exceedances_prod, iv.shape_prod, iv.scale_prod, "#0969da"),
-                ("ref", iv.threshold_ref, iv.exceedances_ref, iv.shape_ref, iv.scale_ref, COLOURS["REF"])):
-            right.plot(horizons, _gpd_curve(u, n / a.size, shape, scale, horizons), "-", color=colour, linewidth=1.3,
+        horizons, curves = result.return_level_curves()
+        for name, shape, colour in (("prod", iv.shape_prod, "#0969da"), ("ref", iv.shape_ref, COLOURS["REF"])):
+            right.plot(horizons, curves[name], "-", color=colour, linewidth=1.3,
                        label=f"{name} GPD fit (xi = {shape:.2g})")
         right.axvline(iv.horizon, color="#8250df", linestyle=":", linewidth=1.3)
         right.plot([iv.horizon] * 2, [iv.return_level_prod, iv.return_level_ref], "D", color="#8250df", markersize=5)
@@ -227,10 +210,7 @@ def tail_qq(result: VarianceResult) -> bytes:
     for ax, side, u, shape, scale in ((axes[0], "prod", iv.threshold_prod, iv.shape_prod, iv.scale_prod),
                                       (axes[1], "ref", iv.threshold_ref, iv.shape_ref, iv.scale_ref)):
         _style(ax)
-        x = _units(result, side)
-        y = np.sort(x[x > u] - u)
-        p = (np.arange(1, y.size + 1) - 0.5) / y.size
-        model = tailstats.gpd_quantile(p, shape, scale)
+        model, y = result.tail_qq(side)
         top = float(max(model.max(), y.max())) * 1.05 if y.size else 1.0
         ax.plot([0, top], [0, top], "--", color=COLOURS["GREY"], linewidth=1)
         ax.plot(model, y, "o", color="#0969da" if side == "prod" else COLOURS["REF"], markersize=3.5)
@@ -245,8 +225,7 @@ def tail_qq(result: VarianceResult) -> bytes:
 def k_histogram(result: VarianceResult) -> bytes:
     """Counts of K = 0, K = inf and undefined K beside the histogram of the positive finite K, with the
     tail threshold u and the WARN / FAIL lines."""
-    k = result.amplification
-    positive = k[np.isfinite(k) & (k > 0)]
+    positive = result.positive_amplification()
     fig = _figure(11, 3.2)
     left, right = fig.subplots(1, 2, width_ratios=(1, 4))
     _style(left)

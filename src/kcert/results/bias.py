@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnostics import Diagnostic
-from ..stats.bias import FAIL, REASON_TEXT, WARN, BucketTestResult
+from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, REASON_TEXT, WARN, BucketTestResult
 from ..stats.thresholds import BiasThresholds
 from ..verdict import Verdict
 
@@ -120,6 +120,21 @@ class BiasResult:
     def bucket_verdicts(self) -> np.ndarray:
         """Worst verdict code per bucket over the statistics."""
         return np.max(np.stack([t.verdict for t in self.tests]), axis=0) if self.tests else np.zeros(0, np.int8)
+
+    def significant_buckets(self) -> np.ndarray:
+        """Per bucket: whether any statistic's |z| exceeds ``thresholds.z_star`` (a zero-variance z of NaN
+        counts as 0)."""
+        return np.logical_or.reduce([np.abs(np.nan_to_num(t.z)) > self.thresholds.z_star for t in self.tests])
+
+    def attributed_to_ref(self) -> np.ndarray:
+        """Per bucket: whether any statistic's PASS was attributed to ref's own bias."""
+        return np.logical_or.reduce([t.reason == ATTRIBUTED_TO_REF for t in self.tests])
+
+    def signed_effect_ulp(self, test: BucketTestResult) -> np.ndarray:
+        """One statistic's signed mean per bucket in the bucket's ULP (NaN where the ULP is not positive);
+        the test's ``effect_ulp`` is its magnitude."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.ulp > 0, test.mean / self.ulp, np.nan)
 
     def count(self, verdict: Verdict) -> int:
         code = {Verdict.FAIL: FAIL, Verdict.WARN: WARN}[verdict]

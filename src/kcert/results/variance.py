@@ -10,6 +10,7 @@ from ..diagnostics import Diagnostic
 from ..stats.observed import ObservedTail
 from ..stats.paired import PairedBound
 from ..stats.rare import RareEventLimit
+from ..stats import tail as tailstats
 from ..stats.tail import TailFitResult
 from ..stats.tail_ratio import TailRatioInterval
 from ..stats.thresholds import VarianceThresholds
@@ -122,6 +123,11 @@ class VarianceResult:
         k = self.amplification
         return int(np.sum(np.isfinite(k) & (k > 0)))
 
+    def positive_amplification(self) -> np.ndarray:
+        """The positive finite K, replicate order (the ones a histogram of K can show)."""
+        k = self.amplification
+        return k[np.isfinite(k) & (k > 0)]
+
     @property
     def upper_bound(self) -> float | None:
         """U, the bound the verdict rests on (profile likelihood of the tail ratio A_T)."""
@@ -162,12 +168,58 @@ class VarianceResult:
             return {q: float("nan") for q in levels}
         return {q: float(np.quantile(finite, q)) for q in levels}
 
-    def error_summary(self, side: str, levels=(0.5, 0.99, 1.0)) -> dict[float, float]:
-        """Quantiles of prod's (``side="prod"``) or ref's error against the oracle, in harm ULPs."""
+    def errors_in_units(self, side: str) -> np.ndarray:
+        """prod's (``side="prod"``) or ref's finite errors against the oracle in harm units, replicate order."""
         units = {"prod": self.error_prod_units, "ref": self.error_ref_units}[side]
         if units is None:
             units = (self.error_prod if side == "prod" else self.error_ref) / self.epsilon
-        finite = units[np.isfinite(units)]
+        return units[np.isfinite(units)]
+
+    def error_median(self, side: str) -> float:
+        """The median of one side's errors in harm units (:meth:`errors_in_units`)."""
+        return float(np.median(self.errors_in_units(side)))
+
+    def observed_return_levels(self, side: str, most: int = 200) -> tuple[np.ndarray, np.ndarray]:
+        """One side's ``most`` largest positive errors (harm units, descending) and their return periods
+        in calls: the i-th largest of N is seen once in N / i calls."""
+        x = self.errors_in_units(side)
+        levels = np.sort(x)[::-1]
+        levels = levels[levels > 0][:most]
+        return x.size / np.arange(1, levels.size + 1), levels
+
+    def return_level_curves(self, points: int = 60) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """The fitted GPD return level of each side at ``points`` horizons, geometric from prod's mean
+        exceedance period out to ten times the horizon: (horizons, {"prod": levels, "ref": levels});
+        None without an interval. Both sides' exceedance rates are per prod's finite replicates."""
+        iv = self.interval
+        if iv is None:
+            return None
+        n = self.errors_in_units("prod").size
+        horizons = np.geomspace(1.0 / max(iv.exceedances_prod / n, 1e-12), 10.0 * iv.horizon, points)
+        curves = {}
+        for side, u, k, shape, scale in (
+                ("prod", iv.threshold_prod, iv.exceedances_prod, iv.shape_prod, iv.scale_prod),
+                ("ref", iv.threshold_ref, iv.exceedances_ref, iv.shape_ref, iv.scale_ref)):
+            # return_level takes one horizon at a time
+            curves[side] = np.array([float(tailstats.return_level(u, k / n, h, shape, scale)) for h in horizons])
+        return horizons, curves
+
+    def tail_qq(self, side: str) -> tuple[np.ndarray, np.ndarray]:
+        """One side's QQ points against its fitted GPD: (model quantiles at the plotting positions
+        (i - 0.5) / n, the sorted observed excesses over its threshold). Needs an interval."""
+        iv = self.interval
+        if iv is None:
+            raise ValueError(f"variance result for {self.output!r} has no tail fit: {self.reason}")
+        u, shape, scale = ((iv.threshold_prod, iv.shape_prod, iv.scale_prod) if side == "prod"
+                           else (iv.threshold_ref, iv.shape_ref, iv.scale_ref))
+        x = self.errors_in_units(side)
+        excess = np.sort(x[x > u] - u)
+        p = (np.arange(1, excess.size + 1) - 0.5) / excess.size
+        return tailstats.gpd_quantile(p, shape, scale), excess
+
+    def error_summary(self, side: str, levels=(0.5, 0.99, 1.0)) -> dict[float, float]:
+        """Quantiles of prod's (``side="prod"``) or ref's error against the oracle, in harm ULPs."""
+        finite = self.errors_in_units(side)
         if finite.size == 0:
             return {q: float("nan") for q in levels}
         return {q: float(np.quantile(finite, q)) for q in levels}

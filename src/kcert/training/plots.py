@@ -23,10 +23,8 @@ def loss_curves(result: TrainingComparison) -> bytes:
     fig = _figure(10, 3.4)
     left, right = fig.subplots(1, 2)
     window = _window(result.runs[0].ref.train_loss.size)
-    kernel = np.ones(window) / window
     for arm, colour in (("ref", REF), ("prod", PROD)):
-        curves = np.stack([getattr(r, arm).train_loss for r in result.runs])
-        mean = np.convolve(np.nanmean(curves, axis=0), kernel, mode="valid")
+        mean = result.mean_loss(arm, window)
         left.plot(np.arange(mean.size) + window, mean, color=colour, label=arm, linewidth=1.2)
     left.set_xlabel("step")
     left.set_ylabel("training loss (nats)")
@@ -59,9 +57,7 @@ def drift(result: TrainingComparison) -> bytes:
     fig = _figure(10 if path else 5.2, 3.8)
     axes = fig.subplots(1, 2 if path else 1)
     ax = axes[0] if path else axes
-    d = result.drift.differences
-    mean = d.mean(axis=0)
-    se = d.std(axis=0, ddof=1) / np.sqrt(d.shape[0]) if d.shape[0] > 1 else np.zeros_like(mean)
+    mean, se = result.drift.seed_mean()
     if path:
         x = p.predicted
         ax.errorbar(x, mean, yerr=se, fmt="o", markersize=2.5, color=PROD, ecolor=BAND, elinewidth=0.6, alpha=0.7,

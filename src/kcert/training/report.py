@@ -8,8 +8,6 @@ import html
 import json
 import math
 
-import numpy as np
-
 from ..numbers import fmt as number_text
 from ..numbers import json_number
 from .results import TrainingComparison, TrainingVerdict
@@ -116,8 +114,7 @@ def render(result: TrainingComparison, console) -> None:
     for row in _metric_rows(result):
         table.add_row(*row)
     console.print(table)
-    distances = [r.distance for r in result.runs]
-    console.print(f"parameters at the end: |prod - ref| / |ref - init| = {fmt(float(np.nanmedian(distances)))} "
+    console.print(f"parameters at the end: |prod - ref| / |ref - init| = {fmt(result.median_distance)} "
                   f"(median over seeds)", highlight=False)
     for line in prediction_lines(result):
         console.print(line, highlight=False, soft_wrap=True)

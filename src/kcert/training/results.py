@@ -82,6 +82,13 @@ class DriftResult:
         """RMS over seeds and channels of the paired drift."""
         return float(np.sqrt(np.nanmean(self.differences ** 2))) if self.differences.size else math.nan
 
+    def seed_mean(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per channel: the drift's mean over seeds and its standard error (zeros with one seed)."""
+        d = self.differences
+        mean = d.mean(axis=0)
+        se = d.std(axis=0, ddof=1) / np.sqrt(d.shape[0]) if d.shape[0] > 1 else np.zeros_like(mean)
+        return mean, se
+
     @property
     def rms_seed_spread(self) -> float:
         return float(np.sqrt(np.nanmean(self.seed_spread ** 2))) if self.seed_spread.size else math.nan
@@ -134,6 +141,17 @@ class TrainingComparison:
             return None
         return {"FAIL": TrainingVerdict.DIFFERS.value, "PASS": TrainingVerdict.INDISTINGUISHABLE.value}.get(
             self.certificate.verdict, "review (WARN/SKIPPED)")
+
+    @property
+    def median_distance(self) -> float:
+        """The median over seeds (NaN-skipping) of the final parameters' |prod - ref| / |ref - init|."""
+        return float(np.nanmedian([r.distance for r in self.runs]))
+
+    def mean_loss(self, arm: str, window: int = 1) -> np.ndarray:
+        """One arm's (``"ref"`` or ``"prod"``) training loss per step, the mean over seeds (NaN-skipping),
+        after a moving average of ``window`` steps: the i-th value ends at step i + window."""
+        curves = np.stack([getattr(r, arm).train_loss for r in self.runs])
+        return np.convolve(np.nanmean(curves, axis=0), np.ones(window) / window, mode="valid")
 
     def curve_band(self, level: float | None = None, window: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per step: mean over seeds of prod - ref training loss and a t interval (pointwise),
