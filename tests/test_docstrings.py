@@ -23,6 +23,8 @@ DOCTEST_MODULES = (
     "kcert.results.certificate",
     "kcert.certification",
     "kcert.errors",
+    "kcert.model.results",
+    "kcert.model.select",
     "kcert.rounding",
     "kcert.settings",
     "kcert.stats.thresholds",

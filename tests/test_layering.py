@@ -72,7 +72,7 @@ LAYERS = (
     ("checks", ("kcert.checks",)),
     ("certification", ("kcert.certification",)),
     ("report", ("kcert.report",)),
-    ("sources", ("kcert.adapters", "kcert.step", "kcert.training")),
+    ("sources", ("kcert.adapters", "kcert.step", "kcert.training", "kcert.model")),
     ("controls", ("kcert.controls",)),
     ("calibration", ("kcert.calibration",)),
     ("entry points", ("kcert.assertions", "kcert.commands")),

@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _commands() -> list[Command]:
     # command modules are light at import; each run imports what it needs
-    from .commands import calibrate, certify, compare, controls, kernelbench, step, train_compare
+    from .commands import calibrate, certify, compare, controls, kernelbench, model, step, train_compare
 
     return [
         Command("certify", "certify the cases of a case file", certify.add_arguments, certify.run, distributed=True),
@@ -66,6 +66,8 @@ def _commands() -> list[Command]:
                 "training differ?", train_compare.add_arguments, train_compare.run),
         Command("step", "certify a training step across gradient accumulation, ranks and loss aggregation (L2)",
                 step.add_arguments, step.run),
+        Command("model", "certify a model pair module by module on ref's recorded inputs and locate the module that "
+                "changes the numerics", model.add_arguments, model.run),
     ]
 
 

@@ -1,0 +1,166 @@
+"""``kcert model FILE``: certify model pairs module by module (:func:`kcert.certify_model`, docs/model.md).
+Light at import: torch is imported inside :func:`run`.
+
+Exit codes as ``kcert certify``: 0 every row PASS and every module matched, 1 any FAIL, 3 a WARN, SKIPPED
+or unmatched module to review and no FAIL, 2 a usage or input error (a file that does not load, a
+selection that matches nothing, a model that raises), 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
+from .options import add_run_options, check_run_options, run_flags, settings_values
+from .output import STDOUT, Streams, first_output_problem, write_output
+
+EPILOG = ("A model file defines kcert.ModelPair objects (or functions named *pair* returning them). Exit 0: every "
+          "row PASS; 1: a FAIL; 3: a WARN, SKIPPED or unmatched module; 2: usage or input error. docs/model.md")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("modelfile", metavar="FILE")
+    p.add_argument("--case", action="append", metavar="NAME", help="only this pair (repeatable)")
+    p.add_argument("--modules", action="append", metavar="PATTERN",
+                   help="select modules by qualified name (fnmatch, repeatable; default: the pair's selection, else "
+                        "every module that computes something itself)")
+    p.add_argument("--types", action="append", metavar="CLASS", help="select modules of this class name (repeatable)")
+    p.add_argument("--depth", type=int, default=None, metavar="D", help="select modules at most D dots deep")
+    p.add_argument("--leaves", action="store_true", help="select leaf modules")
+    p.add_argument("--no-backward", dest="backward", action="store_false",
+                   help="certify the forward rows only (default: forward and backward)")
+    p.add_argument("--no-end-to-end", dest="end_to_end", action="store_false",
+                   help="leave out the row of the model's own outputs")
+    p.add_argument("--export-case", nargs=2, metavar=("MODULE", "OUT.py"), default=None,
+                   help="write a case file for MODULE (its recorded inputs as the probe) for `kcert certify OUT.py`, "
+                        "and certify nothing")
+    add_run_options(p, helps={"json": "write the JSON report (kcert.model/1: one object for one pair, an array for "
+                                      "several); '-' for stdout",
+                              "checkpoint": "save each row's state to PATH's stem.<row>.npz; --resume continues the "
+                                            "rows (finished rows load from their files)"})
+    p.epilog = EPILOG
+    p.set_defaults(check_arguments=_check)
+
+
+def _check(args) -> str | None:
+    problem = check_run_options(args)
+    if problem:
+        return problem
+    if args.depth is not None and args.depth < 0:
+        return f"--depth must be >= 0, got {args.depth}"
+    return None
+
+
+def _selection(args, pair):
+    from ..model import Modules
+
+    if args.modules or args.types or args.depth is not None or args.leaves:
+        return Modules(names=tuple(args.modules or ()), types=tuple(args.types or ()), depth=args.depth,
+                       leaves=args.leaves)
+    return pair.modules
+
+
+def _command(args, pair: str) -> str:
+    from ..reproduce import command_line
+
+    words = ["kcert", "model", args.modelfile, "--case", pair]
+    for flag, values in (("--modules", args.modules), ("--types", args.types)):
+        words += [w for v in values or () for w in (flag, v)]
+    if args.depth is not None:
+        words += ["--depth", str(args.depth)]
+    words += ["--leaves"] * args.leaves + ["--no-backward"] * (not args.backward) + \
+        ["--no-end-to-end"] * (not args.end_to_end)
+    return command_line(words, replicates=args.replicates, horizon=args.horizon, seed=args.seed,
+                        max_replicates=args.max_replicates, device=args.device, flags=run_flags(args, {}))
+
+
+def run(args) -> int:
+    streams = Streams.make(args, stdout_taken=STDOUT in (args.json, args.html))
+    outputs = [("--json", args.json), ("--html", args.html), ("--checkpoint", args.checkpoint)]
+    problem = first_output_problem(outputs, file_only=("--checkpoint",))
+    if problem:
+        streams.error(problem)
+        return EXIT_ERROR
+    from .runtime import set_threads
+
+    set_threads(args.threads)
+    from ..errors import KcertError
+    from ..model import certify_model, load_pairs
+    from ..model import report
+    from ..stats.thresholds import BiasThresholds
+    from ..verdict import Verdict
+    from .progress import replicates_bar
+    from .session import checkpoint_path
+
+    try:
+        pairs = load_pairs(args.modelfile, args.case)
+    except KcertError as exc:
+        streams.error(exc)
+        return EXIT_ERROR
+    if args.export_case:
+        return _export(args, pairs, streams)
+    thresholds = None if args.ulp_floor is None else BiasThresholds(ulp_floor=args.ulp_floor)
+    certs = []
+    for pair in pairs:
+        settings = settings_values(args)
+        if args.checkpoint:
+            settings["checkpoint"] = checkpoint_path(args.checkpoint, pair.name, len(pairs))
+        options = {"backward": args.backward, "end_to_end": args.end_to_end, **pair.options}
+        try:
+            with replicates_bar(pair.name, streams.err) as bar:
+                task = bar.add_task("replicates", total=args.replicates)
+
+                def tick(done, planned):
+                    bar.update(task, completed=done, total=planned)
+
+                def event(kind, detail):
+                    if kind == "row":
+                        label = f"{pair.name}: {detail['module'] or '(model)'} {detail['direction']} " \
+                                f"({detail['index'] + 1}/{detail['rows']})"
+                        bar.update(task, completed=0, description=label)
+
+                cert = certify_model(pair.ref, pair.prod, pair.inputs, modules=_selection(args, pair), loss=pair.loss,
+                                     dtype=pair.dtype, name=pair.name, progress=tick, on_event=event,
+                                     **{**settings, "bias_thresholds": thresholds,
+                                        "command": _command(args, pair.name)}, **options)
+        except KcertError as exc:
+            streams.error(exc)
+            return EXIT_ERROR
+        except KeyboardInterrupt:
+            streams.note("kcert: interrupted" + (f"; finished rows are saved beside {args.checkpoint}: continue with "
+                                                 "--resume" if args.checkpoint else ""))
+            return 130
+        if not args.quiet:
+            report.render(cert, streams.out)
+        else:
+            streams.out.print(report.headline(cert), highlight=False, markup=False, soft_wrap=True)
+        certs.append(cert)
+    written = True
+    if args.json:
+        written &= write_output("--json", args.json, report.dumps(certs) + "\n", streams)
+    if args.html:
+        written &= write_output("--html", args.html, report.render_html(certs), streams)
+    if not written:
+        return EXIT_ERROR
+    worst = Verdict.worst([c.verdict for c in certs])
+    return {Verdict.PASS: EXIT_PASS, Verdict.FAIL: EXIT_FAIL}.get(worst, EXIT_REVIEW)
+
+
+def _export(args, pairs, streams) -> int:
+    from ..errors import KcertError
+    from ..model.export import write_case_file
+
+    module, out = args.export_case
+    if len(pairs) != 1:
+        streams.error(f"--export-case needs one pair; the file defines {[p.name for p in pairs]}: pick one with --case")
+        return EXIT_ERROR
+    try:
+        names = write_case_file(pairs[0], args.modelfile, module, out, args.backward)
+    except KcertError as exc:
+        streams.error(exc)
+        return EXIT_ERROR
+    except OSError as exc:
+        streams.error(f"--export-case: cannot write {out!r}: {exc}")
+        return EXIT_ERROR
+    streams.note(f"kcert: wrote {out} ({', '.join(names)}); continue with: kcert certify {out}")
+    return EXIT_PASS

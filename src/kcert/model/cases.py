@@ -1,0 +1,293 @@
+"""The cases of a model's rows: one module on ref's recorded inputs (forward, and its gradients), and
+the whole model (end to end).
+
+A module case's ref and prod are :class:`ModuleCall` kernels: ref's and prod's module (same qualified
+name) called on the recorded ``(args, kwargs)`` with the module's parameters handed in as the case's
+weights (``kcert.Fixed`` copies of ref's values, so ref, prod and the float64 oracle use the same
+numbers). The oracle is the default one: ref's module in real mode on float64 copies.
+
+Gradients that vanish in exact arithmetic (docs/model.md, "Gradients that vanish"): a parameter whose
+float64 gradient, on the first replicate's recording, is at most :data:`VANISHING` times the module's
+largest gradient (a key projection's bias inside attention: softmax cancels a shift shared by every
+score of a query) is pure rounding noise in any precision; kcert's harm scale (ULPs of each output's own
+magnitude) would judge that noise against a zero signal. Such gradients are left out of the backward
+case and listed in the row's notes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.utils._pytree import keystr, tree_flatten_with_path, tree_leaves
+
+from ..backward import gradients
+from ..case import Axes, Case, Fixed, Gaussian, Probe
+from ..errors import CaseError, KernelError
+from ..execution import seeding
+from ..execution.realmode import RealMode
+from .record import RECORDING, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
+
+VANISHING = 1e-9  # float64 gradient / the module's largest: zero up to float64 round-off (about 1e-16)
+
+
+def param_key(name: str) -> str:
+    return "param__" + name.replace(".", "__")
+
+
+def _in_mode(t):
+    """``t`` in the precision the current evaluation computes in (real mode redirects floating factories):
+    code that reads ``x.dtype`` (HF's ``finfo(dtype).min`` masks) then sees the dtype it computes in."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return t
+    mode = torch.zeros((), dtype=t.dtype, device=t.device).dtype
+    return t if mode == t.dtype else t.to(mode)
+
+
+def output_paths(out) -> dict[str, tuple]:
+    """The floating tensor leaves of a module's output: name -> pytree key path."""
+    if isinstance(out, torch.Tensor):
+        return {"output": ()} if out.is_floating_point() else {}
+    found = {}
+    for path, leaf in tree_flatten_with_path(out)[0]:
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+            found["output" + keystr(path)] = path
+    return found
+
+
+def _pick(out, path: tuple):
+    for key in path:
+        if hasattr(key, "idx"):
+            out = out[key.idx]
+        elif hasattr(key, "key"):
+            out = out[key.key]
+        else:
+            out = getattr(out, key.name)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class ModuleCall:
+    """A module called as a kcert kernel on a recorded ``(args, kwargs)``: ``kernel(**recorded, **params)``
+    returns the chosen floating outputs (a tuple, in ``outputs`` order)."""
+
+    module: nn.Module
+    layout: Layout
+    params: tuple[str, ...]  # the module's parameter names handed in as weights
+    outputs: tuple[tuple, ...]  # key paths of the certified outputs
+    name: str
+
+    def __call__(self, **kwargs):
+        kwargs.pop(RECORDING, None)
+        values = {k: _in_mode(v) for k, v in kwargs.items()}
+        args, kw = self.layout.rebuild(values)
+        state = {p: values[param_key(p)] for p in self.params}
+        out = functional_call(self.module, state, args, kw) if state else self.module(*args, **kw)
+        picked = tuple(_pick(out, path) for path in self.outputs)
+        for path, value in zip(self.outputs, picked):
+            if not isinstance(value, torch.Tensor):
+                raise KernelError(f"{self.name}: output{keystr(path)} is a {type(value).__name__}, a tensor when the "
+                                  "case was built")
+        return picked
+
+
+@dataclass(frozen=True)
+class ModuleCases:
+    """The cases of one module, and what the rows say besides their certificates."""
+
+    forward: Case | None
+    backward: Case | None
+    forward_skipped: str | None
+    backward_skipped: str | None
+    notes: tuple[str, ...]
+    recorder: Recorder
+
+
+def _shared_params(ref_mod: nn.Module, prod_mod: nn.Module) -> tuple[dict, str | None]:
+    own = {n: p for n, p in ref_mod.named_parameters() if "_orig_mod." not in n}
+    other = {n.replace("_orig_mod.", ""): p for n, p in prod_mod.named_parameters()}
+    if {n: tuple(p.shape) for n, p in own.items()} != {n: tuple(p.shape) for n, p in other.items()}:
+        return {}, (f"prod's parameters differ from ref's in names or shapes ({len(other)} vs {len(own)}); each "
+                    "module runs with its own, and parameter gradients are not certified")
+    return own, None
+
+
+def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: nn.Module,
+                 inputs: Mapping[str, Probe], extra: Mapping, dtype: torch.dtype, seed: int, backward: bool,
+                 case_name: str) -> ModuleCases:
+    """The forward and backward cases of module ``name`` (either None with the reason when it cannot be
+    certified: no floating output in both models, nothing to differentiate)."""
+    where = f"module {name!r}"
+    cpu = torch.device("cpu")
+    g = seeding.generator(seed, seeding.INPUTS, 0)
+    kwargs = draw_model_inputs(inputs, g, cpu, dtype)
+    recorded = record(ref_model, ref_mod, kwargs, where, extra)
+    grad_recorded = record(ref_model, ref_mod, kwargs, where, extra, grad=True) if backward else None
+    layout = layout_of(ref_mod, recorded, grad_recorded, where)
+    del grad_recorded
+    values = layout.flatten(recorded, where)
+    params, param_note = _shared_params(ref_mod, prod_mod)
+    param_values = {p: v.detach().clone() for p, v in params.items()}
+    weights = {param_key(p): Fixed(v) for p, v in param_values.items()}
+    notes = [param_note] if param_note else []
+
+    def call(module, label, paths=None):
+        return ModuleCall(module, layout, tuple(params), tuple(paths or ()), label)
+
+    trial = {**values, **{param_key(p): v for p, v in param_values.items()}}
+    outs = {}
+    for role, module in (("ref", ref_mod), ("prod", prod_mod)):
+        try:
+            with torch.no_grad():
+                args, kw = layout.rebuild(values)
+                out = functional_call(module, param_values, args, kw) if params else module(*args, **kw)
+        except Exception as exc:
+            raise KernelError(f"{where}: {role}'s module raised {type(exc).__name__} on ref's recorded inputs: "
+                              f"{exc}") from exc
+        outs[role] = output_paths(out)
+    common = [k for k in outs["ref"] if k in outs["prod"]]
+    only = sorted(set(outs["ref"]) ^ set(outs["prod"]))
+    if only:
+        notes.append("outputs not in both models, not compared: " + ", ".join(
+            f"{k} ({'ref' if k in outs['ref'] else 'prod'} only)" for k in only))
+    slot = Slot()
+    recorder = Recorder(ref_model, ref_mod, inputs, extra, layout, slot, dtype, where)
+    shapes = {k: tuple(v.shape) for k, v in values.items()}
+    probes = recorded_probes(recorder, shapes)
+    if not common:
+        reason = "no floating output in both models" + (f" ({', '.join(only)})" if only else "")
+        return ModuleCases(None, None, reason, reason, tuple(notes), recorder)
+    paths = [outs["ref"][k] for k in common]
+    ref_out = _run(call(ref_mod, "ref", paths), trial)
+    buckets = [Axes(-1) if o.dim() else Axes() for o in ref_out]
+    kind = type(ref_mod).__name__
+    forward = Case(name=f"{case_name}:{name}", ref=call(ref_mod, f"ref {name}", paths),
+                   prod=call(prod_mod, f"prod {name}", paths), inputs=probes, weights=weights, buckets=buckets,
+                   dtype=dtype, output_names=common,
+                   description=f"{kind} {name!r} on ref's recorded inputs ({type(prod_mod).__name__} as prod)")
+    if not backward:
+        return ModuleCases(forward, None, None, "backward not asked for", tuple(notes), recorder)
+    back, reason, more = _backward_case(forward, layout, trial, params, paths, common, where)
+    return ModuleCases(forward, back, None, reason, tuple(notes + more), recorder)
+
+
+def _run(kernel: Callable, values: dict, grad: bool = False):
+    with torch.enable_grad() if grad else torch.no_grad():
+        return kernel(**values)
+
+
+def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, paths, names, where):
+    """The gradient case of ``forward``: floating activations and parameters that reach an output and
+    whose exact gradient does not vanish; (None, reason, notes) when nothing is left."""
+    candidates = sorted(layout.activations, key=list(forward.inputs).index) + [param_key(p) for p in params]
+    exact = {k: v.detach().to(torch.float64) if v.is_floating_point() else v for k, v in trial.items()}
+    leaves = {k: exact[k].clone().requires_grad_() for k in candidates}
+    g = torch.Generator().manual_seed(0)
+    try:
+        with RealMode(torch.float64), torch.enable_grad():
+            outs = forward.ref(**{**exact, **leaves})
+            live = [(o, n) for o, n in zip(outs, names) if o.requires_grad]
+            if not live:
+                return None, "no output depends on a floating input or parameter (nothing to differentiate)", []
+            cot = [torch.randn(o.shape, generator=g, dtype=torch.float64) + 0.1 for o, _ in live]
+            grads = torch.autograd.grad([o for o, _ in live], list(leaves.values()), cot, allow_unused=True)
+    except Exception as exc:  # noqa: BLE001 - reported in the row: the backward case cannot be built
+        return None, f"the float64 gradient of ref could not be evaluated: {type(exc).__name__}: {exc}", []
+    size = {k: (0.0 if gr is None else float(gr.abs().max())) for k, gr in zip(leaves, grads)}
+    scale = max(size.values(), default=0.0)
+    unused = [k for k, gr in zip(leaves, grads) if gr is None]
+    vanishing = [k for k in leaves if k not in unused and size[k] <= VANISHING * scale]
+    wrt = [k for k in leaves if k not in unused and k not in vanishing]
+    notes = []
+    if vanishing:
+        notes.append("gradients that vanish in exact arithmetic, not certified (float64 |grad| <= "
+                     f"{VANISHING:g} x the module's largest): " + ", ".join(_pretty(k) for k in vanishing))
+    if not wrt:
+        return None, "every gradient is unused or vanishes in exact arithmetic", notes
+    live_names = [n for _, n in live]
+    if len(live_names) != len(names):
+        notes.append("outputs without a gradient (computed without autograd), left out of the backward row: "
+                     + ", ".join(n for n in names if n not in live_names))
+        keep = [i for i, n in enumerate(names) if n in live_names]
+        forward = Case(name=forward.name, ref=_Subset(forward.ref, tuple(keep)), prod=_Subset(forward.prod, tuple(keep)),
+                       inputs=forward.inputs, weights=forward.weights, dtype=forward.dtype,
+                       output_names=live_names, description=forward.description)
+    try:
+        back = gradients(forward, wrt=tuple(wrt), include_forward=False, name=f"{forward.name}:grad")
+    except CaseError as exc:
+        return None, f"kcert.gradients refused the module: {exc}", notes
+    return back, None, notes
+
+
+@dataclass(frozen=True, eq=False)
+class _Subset:
+    kernel: Callable
+    keep: tuple[int, ...]
+
+    def __call__(self, **kwargs):
+        out = self.kernel(**kwargs)
+        return tuple(out[i] for i in self.keep)
+
+
+def _pretty(key: str) -> str:
+    return key.removeprefix("param__").replace("__", ".") if key.startswith("param__") else key
+
+
+# --- end to end -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ModelCall:
+    """The whole model as a kernel: ``model(**inputs)``'s logits (or its floating outputs), and the loss."""
+
+    model: nn.Module
+    outputs: tuple[tuple, ...]
+    loss: Callable | None
+    extra: Mapping
+
+    def __call__(self, **kwargs):
+        kwargs = {k: _in_mode(v) for k, v in kwargs.items()}
+        out = self.model(**kwargs, **self.extra)
+        picked = tuple(_pick(out, p) for p in self.outputs)
+        if self.loss is not None:
+            value = self.loss(out, kwargs)
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                raise KernelError(f"loss must return a scalar tensor, got {type(value).__name__}")
+            picked += (value.reshape(()),)
+        return picked
+
+
+def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], extra: Mapping,
+                    loss: Callable | None, dtype: torch.dtype, seed: int, case_name: str) -> Case:
+    """The model's own outputs (logits when it has them, else its floating outputs; the loss when given)."""
+    g = seeding.generator(seed, seeding.INPUTS, 0)
+    kwargs = draw_model_inputs(inputs, g, torch.device("cpu"), dtype)
+    try:
+        with torch.no_grad():
+            out = ref_model(**kwargs, **extra)
+    except Exception as exc:
+        raise KernelError(f"{case_name}: ref_model raised {type(exc).__name__} on the inputs: {exc}") from exc
+    logits = getattr(out, "logits", None)
+    found = {"logits": (_attr_path(out, "logits"),)} if isinstance(logits, torch.Tensor) else output_paths(out)
+    if not found and loss is None:
+        raise CaseError(f"{case_name}: the model returns no floating tensor and no loss was given")
+    names = list(found) + (["loss"] if loss is not None else [])
+    shapes = [_pick(out, p).dim() for p in found.values()] + ([0] if loss is not None else [])
+    buckets = [Axes(-1) if d else Axes() for d in shapes]
+    return Case(name=f"{case_name}:end to end", ref=ModelCall(ref_model, tuple(found.values()), loss, extra),
+                prod=ModelCall(prod_model, tuple(found.values()), loss, extra), inputs=dict(inputs),
+                buckets=buckets, dtype=dtype, output_names=names,
+                description="the whole model on the drawn inputs (errors of every module, propagated)")
+
+
+def _attr_path(out, name):
+    from torch.utils._pytree import GetAttrKey, MappingKey
+
+    return MappingKey(name) if isinstance(out, Mapping) else GetAttrKey(name)
+
+
+def first_floating(out) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in tree_leaves(out))

@@ -1,0 +1,203 @@
+"""``kcert.certify_model``: every selected module of a model pair certified in isolation on ref's recorded
+inputs, forward and backward, and the model's own outputs end to end (docs/model.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..case import Probe
+from ..certification import certify
+from ..errors import CaseError, KcertError
+from ..execution import seeding
+from ..settings import Settings
+from .cases import end_to_end_case, module_cases
+from .record import draw_model_inputs
+from .results import ModelCertificate, ModuleRow
+from .select import Modules, match, never_ran, select, trace
+
+
+def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
+    for role, model in (("ref_model", ref_model), ("prod_model", prod_model)):
+        if not isinstance(model, nn.Module):
+            raise CaseError(f"certify_model: {role} must be a torch.nn.Module, got {type(model).__name__}")
+    if ref_model is prod_model:
+        raise CaseError("certify_model: ref_model and prod_model are the same object; build prod as a copy "
+                        "(copy.deepcopy(ref) then patch it, or a new model loaded with ref's state dict)")
+    if not isinstance(inputs, Mapping) or not inputs:
+        raise CaseError(f"certify_model: inputs must be a non-empty dict of forward keyword -> kcert probe, got "
+                        f"{type(inputs).__name__}")
+    for key, probe in inputs.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise CaseError(f"certify_model: inputs key {key!r} must be a keyword argument name of the forward")
+        if not isinstance(probe, Probe):
+            raise CaseError(f"certify_model: inputs[{key!r}] must be a kcert probe (kcert.Integers for token ids, "
+                            f"kcert.Gaussian for hidden states, ...), got {type(probe).__name__}")
+    if modules is not None and not isinstance(modules, Modules):
+        raise CaseError(f"certify_model: modules must be a kcert.Modules or None, got {type(modules).__name__}")
+    if loss is not None and not callable(loss):
+        raise CaseError(f"certify_model: loss must be callable (loss(model_output, inputs) -> scalar) or None, got "
+                        f"{type(loss).__name__}")
+    if not isinstance(name, str) or not name.strip():
+        raise CaseError(f"certify_model: name must be a non-empty string, got {name!r}")
+    if dtype not in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        raise CaseError(f"certify_model: dtype must be a floating torch dtype, got {dtype!r}")
+
+
+def forward_extras(model: nn.Module, inputs: Mapping) -> dict:
+    """Keywords kcert adds to the model's forward: ``use_cache=False`` when the forward takes it and the
+    inputs do not set it (a key/value cache passed to a module would be written by every replay)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"use_cache": False} if "use_cache" in params and "use_cache" not in inputs else {}
+
+
+def row_checkpoint(path: str | None, index: int, module: str, direction: str) -> str | None:
+    """The checkpoint file of one row: ``stem.<index>-<module>-<direction>.npz`` beside ``path``."""
+    if path is None:
+        return None
+    p = Path(path)
+    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{index:03d}-{module or 'model'}-{direction}")
+    return str(p.with_name(f"{p.stem}.{slug}{p.suffix or '.npz'}"))
+
+
+def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], *,
+                  modules: Modules | None = None, backward: bool = True, end_to_end: bool = True,
+                  loss: Callable[[Any, dict], torch.Tensor] | None = None, dtype: torch.dtype = torch.bfloat16,
+                  name: str = "model", settings: Settings | int | None = None,
+                  progress: Callable[[int, int], None] | None = None,
+                  on_event: Callable[[str, dict], None] | None = None, **overrides) -> ModelCertificate:
+    """Certify a model pair module by module: each selected module of prod against ref's module of the same
+    qualified name, both run on the inputs ref's module receives in the model (recorded per replicate),
+    with kcert's three gates; the oracle is ref's module in real mode on float64 copies (docs/model.md).
+
+    Parameters
+    ----------
+    ref_model, prod_model : torch.nn.Module
+        The two models, with the same parameters (prod built from ref's state dict, or a patched copy of
+        ref: patched forwards and swapped classes are matched by qualified name). Used as given (their
+        dtype is the working precision; call ``.eval()`` for dropout-free models).
+    inputs : dict of str -> probe
+        The forward's keyword arguments, redrawn per replicate (``{"input_ids": kcert.Integers((2, 64),
+        0, vocab)}``).
+    modules : kcert.Modules, optional
+        The selection (default: every module that computes something itself, the root excluded).
+    backward : bool, default True
+        Also certify each module's gradients (activations and parameters).
+    end_to_end : bool, default True
+        Also certify the model's own outputs (logits, the loss when given) as one case.
+    loss : callable, optional
+        ``loss(model_output, inputs) -> scalar tensor``: certified with the end-to-end outputs.
+    dtype : torch.dtype, default torch.bfloat16
+        The working precision floating probes are rounded to (the models' own dtype).
+    name : str, default "model"
+    settings, progress, on_event, **overrides
+        As :func:`kcert.certify`, for every row; a ``checkpoint`` is one file per row beside it
+        (``stem.<index>-<module>-<direction>.npz``), so ``resume=True`` continues an interrupted run row by
+        row. ``on_event("row", {...})`` is told each row as it starts.
+
+    Returns
+    -------
+    ModelCertificate
+        Rows in execution order (each module's forward row, then its backward row), the end-to-end row
+        last, the unmatched modules, and ``first_failure``, the localized module.
+
+    Raises
+    ------
+    kcert.CaseError
+        A model that is not a module, inputs that are not probes, a selection that matches no module.
+    kcert.KernelError
+        ref_model does not run on the inputs, or a module raises on the recorded inputs.
+
+    Examples
+    --------
+    A gated MLP against a copy whose activation is the tanh-approximate GELU instead of the exact one
+    (tiny and 64 replicates so that it runs in seconds; the default is 1024):
+
+    >>> import copy, torch, kcert
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)).eval()
+    >>> prod = copy.deepcopy(ref)
+    >>> prod[1] = torch.nn.GELU(approximate="tanh")
+    >>> cert = kcert.certify_model(ref, prod, {"input": kcert.Gaussian((8, 16), shift=0.1)}, dtype=torch.float32,
+    ...                            backward=False, end_to_end=False, replicates=64, peer_rules=False)
+    >>> cert.first_failure.module, cert.first_failure.kind
+    ('1', 'GELU')
+    """
+    _check(ref_model, prod_model, inputs, modules, loss, dtype, name)
+    settings = Settings.build(settings, **overrides).check()
+    modules = modules or Modules()
+    start = time.perf_counter()
+    inputs = dict(inputs)
+    extra = forward_extras(ref_model, inputs)
+    matching = match(ref_model, prod_model)
+    kwargs = draw_model_inputs(inputs, seeding.generator(settings.seed, seeding.INPUTS, 0), torch.device("cpu"),
+                               dtype)
+    try:
+        found = trace(ref_model, matching.ref, {**kwargs, **extra})
+    except Exception as exc:
+        raise KcertError(f"certify_model({name!r}): ref_model raised {type(exc).__name__} on the drawn inputs: "
+                         f"{exc}") from exc
+    chosen = select(modules, matching.ref, found)
+    if not modules.is_default and not chosen:
+        named = never_ran(modules, matching.ref, found)
+        hint = f"; {len(named)} match but never ran in the forward" if named else ""
+        raise CaseError(f"certify_model({name!r}): the selection ({modules.describe()}) matches no module that "
+                        f"runs in ref_model's forward{hint}; ref's modules are {_few(list(matching.ref))}")
+    unmatched = [("ref", n) for n in matching.only_ref] + [("prod", n) for n in matching.only_prod]
+    plan = [n for n in chosen if n in matching.prod]
+    rows: list[ModuleRow] = []
+    total = len(plan) * (2 if backward else 1) + bool(end_to_end)
+
+    def run(case, module, direction, order, kind, prod_kind, notes):
+        index = len(rows)
+        if on_event is not None:
+            on_event("row", {"module": module, "direction": direction, "index": index, "rows": total})
+        row_settings = dataclasses.replace(
+            settings, checkpoint=row_checkpoint(settings.checkpoint, index, module, direction),
+            command=settings.command)
+        cert = certify(case, row_settings, progress=progress, on_event=on_event)
+        rows.append(ModuleRow(module, kind, prod_kind, direction, order, cert, None, tuple(notes)))
+
+    for order, module in enumerate(plan):
+        ref_mod, prod_mod = matching.ref[module], matching.prod[module]
+        kind, prod_kind = type(ref_mod).__name__, type(prod_mod).__name__
+        built = module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed, backward,
+                             name)
+        if found.calls.get(module, 0) > 1:
+            notes = built.notes + (f"called {found.calls[module]} times per forward: certified on its first call",)
+        else:
+            notes = built.notes
+        if built.forward is None:
+            rows.append(ModuleRow(module, kind, prod_kind, "forward", order, None, built.forward_skipped, notes))
+        else:
+            run(built.forward, module, "forward", order, kind, prod_kind, notes)
+        if backward:
+            if built.backward is None:
+                rows.append(ModuleRow(module, kind, prod_kind, "backward", order, None, built.backward_skipped,
+                                      notes))
+            else:
+                run(built.backward, module, "backward", order, kind, prod_kind, notes)
+    if end_to_end:
+        case = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name)
+        run(case, "", "end to end", len(plan), type(ref_model).__name__, type(prod_model).__name__, ())
+    provenance = {"seed": settings.seed, "replicates": settings.replicates, "dtype": str(dtype).removeprefix("torch."),
+                  "inputs": {k: p.describe() for k, p in inputs.items()}, "wall_time_s": time.perf_counter() - start,
+                  "command": settings.command, "selected": len(chosen), "modules_ref": len(matching.ref),
+                  "modules_prod": len(matching.prod)}
+    return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance)
+
+
+def _few(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

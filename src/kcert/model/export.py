@@ -1,0 +1,88 @@
+"""``kcert model --export-case MODULE OUT.py``: a case file for one module that ``kcert certify`` runs on its
+own. The file rebuilds the pair from the model file and the module's case from it
+(:func:`module_case`): its probe is the module's recorded inputs, recorded afresh per replicate from the
+model inputs drawn from ``(seed, replicate)``, exactly as in ``kcert model``, so the certificate is the
+row's (same seed, same replicates). Nothing is saved beside it: the model file must stay where it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+from ..case import Case
+from ..errors import CaseError
+from .cases import module_cases
+from .engine import forward_extras
+from .pair import ModelPair, load_pairs
+from .select import match
+
+
+def module_case(model_file: str, pair: str, module: str, direction: str = "forward", seed: int = 0) -> Case:
+    """The case of ``module`` of the pair named ``pair`` in ``model_file`` (``direction`` "forward" or
+    "backward"), as ``kcert model`` certifies it."""
+    if direction not in ("forward", "backward"):
+        raise CaseError(f"module_case: direction must be 'forward' or 'backward', got {direction!r}")
+    (found,) = load_pairs(model_file, [pair])
+    return pair_case(found, module, direction, seed)
+
+
+def pair_case(pair: ModelPair, module: str, direction: str = "forward", seed: int = 0) -> Case:
+    matching = match(pair.ref, pair.prod)
+    for role, names in (("ref", matching.ref), ("prod", matching.prod)):
+        if module not in names:
+            raise CaseError(f"pair {pair.name!r}: {role} has no module {module!r}; its modules are "
+                            f"{', '.join(list(names)[:8])}{' ...' if len(names) > 8 else ''}")
+    ref_mod: nn.Module = matching.ref[module]
+    built = module_cases(module, pair.ref, ref_mod, matching.prod[module], dict(pair.inputs),
+                         forward_extras(pair.ref, pair.inputs), pair.dtype, seed, direction == "backward", pair.name)
+    case = built.forward if direction == "forward" else built.backward
+    if case is None:
+        why = built.forward_skipped if direction == "forward" else built.backward_skipped
+        raise CaseError(f"pair {pair.name!r}: module {module!r} has no {direction} case: {why}")
+    return case
+
+
+TEMPLATE = '''"""kcert case file exported by `kcert model {model_file} --export-case {module} ...` (pair {pair!r}).
+
+The module {module!r} ({kind}) certified on ref's recorded inputs{directions}. The probe is the module's
+inputs as ref's model computes them from the drawn model inputs, recorded per replicate (docs/model.md,
+"Export"); the model file must stay at {path}.
+
+Run: kcert certify {out}
+"""
+
+from kcert.model.export import module_case
+
+MODEL_FILE = {path!r}
+
+cases = [
+{cases}]
+'''
+
+
+def write_case_file(pair: ModelPair, model_file: str, module: str, out: str, backward: bool) -> list[str]:
+    """Write the case file ``out`` for ``module`` (forward, and backward when asked and available); returns
+    the names of the cases written. The cases are built once here, so a module that cannot be exported
+    fails now, not in ``kcert certify``."""
+    matching = match(pair.ref, pair.prod)
+    if module not in matching.ref or module not in matching.prod:
+        where = "ref" if module not in matching.ref else "prod"
+        raise CaseError(f"--export-case: {where} has no module {module!r} (pair {pair.name!r})")
+    directions = ["forward"] + (["backward"] if backward else [])
+    kept, names = [], []
+    for d in directions:
+        try:
+            case = pair_case(pair, module, d)
+        except CaseError:
+            if d == "forward":
+                raise
+            continue
+        kept.append(d)
+        names.append(case.name)
+    path = str(Path(model_file).resolve())
+    lines = "".join(f"    module_case(MODEL_FILE, {pair.name!r}, {module!r}, {d!r}),\n" for d in kept)
+    Path(out).write_text(TEMPLATE.format(model_file=model_file, module=module, pair=pair.name,
+                                         kind=type(matching.ref[module]).__name__, path=path, out=out,
+                                         directions=" (" + " and ".join(kept) + ")", cases=lines))
+    return names

@@ -1,0 +1,242 @@
+"""Recording what one module of ref receives: the model inputs drawn from a probe's generator, ref run
+with a forward pre-hook on the module that keeps its ``(args, kwargs)`` and stops the forward there.
+
+A module case's probes (:func:`recorded_probes`) replay a recording: the first probe draws the model
+inputs with the replicate's generator, runs the recording and keeps its tensor leaves in a slot shared
+with the following probes, each of which returns one leaf (the runner draws a replicate's probes in
+order from one generator, so the slot always holds that replicate's recording). The leaves that are not
+tensors (flags, None, a config) are fixed: each recording must give the same ones.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten_with_path, keystr
+
+from ..case import Custom, Probe
+from ..errors import CaseError, KernelError
+
+RECORDING = "model_inputs"  # the name of the probe that runs the recording forward
+
+
+class _Stop(Exception):
+    """Raised by the pre-hook once the module's inputs are recorded: the rest of the forward is not needed."""
+
+
+def draw_model_inputs(inputs: Mapping[str, Probe], generator: torch.Generator, device, dtype) -> dict:
+    """The model's keyword inputs drawn as the runner draws probes (floating draws rounded to ``dtype``)."""
+    precision = torch.float64 if dtype == torch.float64 else torch.float32
+    out = {}
+    for name, probe in inputs.items():
+        value = probe.sample(generator, device, precision)
+        out[name] = value.to(dtype) if probe.rounds_to_case_dtype and value.is_floating_point() else value
+    return out
+
+
+def record(model: nn.Module, module: nn.Module, kwargs: dict, where: str, extra: Mapping | None = None,
+           grad: bool = False) -> tuple[tuple, dict]:
+    """``module``'s ``(args, kwargs)`` on its first call in ``model(**kwargs, **extra)``."""
+    kept = []
+
+    def hook(mod, args, kw):
+        kept.append((args, kw))
+        raise _Stop
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.enable_grad() if grad else torch.no_grad():
+            model(**kwargs, **(extra or {}))
+    except _Stop:
+        pass
+    except Exception as exc:
+        raise KernelError(f"{where}: ref_model raised {type(exc).__name__} while recording the module's inputs: "
+                          f"{exc}") from exc
+    finally:
+        handle.remove()
+    if not kept:
+        raise KernelError(f"{where}: the module was not called by ref_model's forward on these inputs")
+    return kept[0]
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"\W+", "_", text).strip("_")
+    return text if text and not text[0].isdigit() else f"x_{text}"
+
+
+def leaf_names(module: nn.Module, paths) -> list[str]:
+    """Argument names for the leaves of ``(args, kwargs)``: positional arguments named after the forward's
+    parameters (``hidden_states``), keywords after their key, nested ones with their index."""
+    try:
+        params = [p.name for p in inspect.signature(module.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names, taken = [], {RECORDING}
+    for path in paths:
+        keys = [getattr(k, "idx", getattr(k, "key", getattr(k, "name", None))) for k in path]
+        head = keys[1] if len(keys) > 1 else "arg"
+        if keys[0] == 0 and isinstance(head, int):
+            head = params[head] if head < len(params) else f"arg{head}"
+        name = _slug("_".join(str(k) for k in [head, *keys[2:]]))
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+@dataclass
+class Layout:
+    """The structure of a module's recorded inputs: the pytree spec of ``(args, kwargs)``, per leaf its
+    argument name (tensor leaves) or fixed value, and which floating leaves are activations (they carry
+    gradient in the model: scaled by the algebra gate's wide and small points, differentiated)."""
+
+    spec: object
+    names: list[str | None]
+    fixed: dict[int, object]
+    activations: set[str] = field(default_factory=set)
+    floating: set[str] = field(default_factory=set)
+
+    def flatten(self, recorded: tuple[tuple, dict], where: str) -> dict[str, torch.Tensor]:
+        """The tensor leaves of a recording by name; its other leaves must equal the layout's."""
+        pairs, spec = tree_flatten_with_path(recorded)
+        if spec != self.spec:
+            raise KernelError(f"{where}: the module receives arguments of another structure in this replicate "
+                              f"than in the first recording ({spec} vs {self.spec})")
+        out = {}
+        for i, ((path, leaf), name) in enumerate(zip(pairs, self.names)):
+            if name is not None:
+                if not isinstance(leaf, torch.Tensor):
+                    raise KernelError(f"{where}: argument {keystr(path)} is a tensor in the first recording, a "
+                                      f"{type(leaf).__name__} now")
+                out[name] = leaf.detach()
+            elif not _same(leaf, self.fixed[i]):
+                raise CaseError(f"{where}: argument {keystr(path)} ({type(leaf).__name__}) is not a tensor and "
+                                f"differs between replicates ({self.fixed[i]!r} then {leaf!r}); kcert replays "
+                                "non-tensor arguments as fixed values")
+        return out
+
+    def rebuild(self, values: Mapping[str, torch.Tensor]) -> tuple[tuple, dict]:
+        from torch.utils._pytree import tree_unflatten
+
+        leaves = [values[n] if n is not None else self.fixed[i] for i, n in enumerate(self.names)]
+        return tree_unflatten(leaves, self.spec)
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (type(None), bool, int, float, str, torch.dtype, torch.device)):
+        return a == b
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an object without a usable == is compared by identity above
+        return False
+
+
+def layout_of(module: nn.Module, recorded: tuple[tuple, dict], grad_recorded: tuple[tuple, dict] | None,
+              where: str) -> Layout:
+    pairs, spec = tree_flatten_with_path(recorded)
+    names = leaf_names(module, [p for p, _ in pairs])
+    kept, fixed, floating = [], {}, set()
+    for i, ((path, leaf), name) in enumerate(zip(pairs, names)):
+        if isinstance(leaf, torch.Tensor):
+            kept.append(name)
+            if leaf.is_floating_point():
+                floating.add(name)
+        else:
+            kept.append(None)
+            fixed[i] = leaf
+    activations = set()
+    if grad_recorded is not None:
+        grad_pairs, _ = tree_flatten_with_path(grad_recorded)
+        activations = {n for (_, leaf), n in zip(grad_pairs, kept)
+                       if n in floating and isinstance(leaf, torch.Tensor) and leaf.requires_grad}
+    if not activations:  # a model without trainable parameters: every floating argument is an activation
+        activations = set(floating)
+    return Layout(spec, kept, fixed, activations, floating)
+
+
+class Slot:
+    """The tensor leaves of the latest recording, handed from the recording probe to the leaf probes."""
+
+    def __init__(self):
+        self.values: dict[str, torch.Tensor] | None = None
+
+    def take(self, name: str) -> torch.Tensor:
+        if self.values is None or name not in self.values:
+            raise KernelError(f"recorded argument {name!r} was asked for before its recording ran (kcert draws "
+                              "a module case's probes in order; the recording probe comes first)")
+        return self.values[name]
+
+
+@dataclass(frozen=True, eq=False)
+class Recorder:
+    """The recording probe's function: draws the model inputs, records the module, fills the slot."""
+
+    ref_model: nn.Module
+    module: nn.Module
+    inputs: Mapping[str, Probe]
+    extra: Mapping
+    layout: Layout
+    slot: Slot
+    dtype: torch.dtype
+    where: str
+
+    def __call__(self, generator, device):
+        kwargs = draw_model_inputs(self.inputs, generator, device, self.dtype)
+        recorded = record(self.ref_model, self.module, kwargs, self.where, self.extra)
+        self.slot.values = self.layout.flatten(recorded, self.where)
+        return torch.zeros((), dtype=torch.int64, device=device)  # a token: the kernels ignore it
+
+
+@dataclass(frozen=True, eq=False)
+class Take:
+    slot: Slot
+    name: str
+
+    def __call__(self, generator, device):
+        return self.slot.take(self.name).to(device).clone()  # a kernel that writes into it cannot alter the other's
+
+
+@dataclass(frozen=True, eq=False)
+class RecordedLeaf(Custom):
+    """One recorded argument. It keeps its own dtype (it was computed by ref in working precision); the
+    algebra gate's wide and small points scale it only when it is an activation (a mask or a rotary
+    table scaled would no longer be one)."""
+
+    activation: bool = False
+    factor: float = 1.0
+
+    rounds_to_case_dtype = False
+
+    def sample(self, generator, device, precision):
+        out = self.fn(generator, device)
+        return out * self.factor if self.factor != 1.0 and out.is_floating_point() else out
+
+    def widened(self, factor):
+        if not self.activation:
+            return self
+        return RecordedLeaf(self.fn, f"{self.description} x{self.factor * factor:g}", self.shape, True,
+                            self.factor * factor)
+
+    def scaled(self, factor):
+        return self.widened(factor)
+
+
+def recorded_probes(recorder: Recorder, shapes: Mapping[str, tuple]) -> dict[str, Probe]:
+    """The module case's inputs: the recording probe, then one probe per recorded tensor argument."""
+    probes: dict[str, Probe] = {RECORDING: Custom(recorder, f"model inputs, recorded at {recorder.where}", ())}
+    for name in recorder.layout.names:
+        if name is not None:
+            probes[name] = RecordedLeaf(Take(recorder.slot, name), f"{name} recorded from ref",
+                                        tuple(shapes[name]), name in recorder.layout.activations)
+    return probes

@@ -1,0 +1,172 @@
+"""What :func:`kcert.certify_model` returns: one row per certified module and direction, the modules that
+have no match in the other model, and the localized module (torch-free)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..certificate import Certificate
+from ..verdict import Verdict
+
+DIRECTIONS = ("forward", "backward", "end to end")
+
+
+@dataclass(frozen=True)
+class ModuleRow:
+    """One module certified in one direction on ref's recorded inputs (or the whole model, end to end).
+
+    Attributes
+    ----------
+    module : str
+        The qualified name ("" for the end-to-end row's model).
+    kind, prod_kind : str
+        ref's and prod's class names.
+    direction : str
+        "forward", "backward" (the gradients of the module's activations and parameters) or "end to end".
+    order : int
+        The module's place in ref's execution order (first call).
+    certificate : kcert.Certificate or None
+        None when the row is skipped (``skipped_reason`` says why).
+    notes : tuple of str
+        What the row leaves out (outputs of one model only, vanishing gradients).
+    """
+
+    module: str
+    kind: str
+    prod_kind: str
+    direction: str
+    order: int
+    certificate: Certificate | None = field(default=None, repr=False)
+    skipped_reason: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.SKIPPED if self.certificate is None else self.certificate.verdict
+
+    @property
+    def deciding_gate(self) -> str | None:
+        """The gate that decided a row that does not PASS (the first with the row's verdict), else None."""
+        cert = self.certificate
+        if cert is None or cert.verdict is Verdict.PASS:
+            return None
+        for gate, verdict in cert.gates.items():
+            if verdict is cert.verdict:
+                return gate
+        worst = Verdict.worst(cert.gates.values())
+        return next((g for g, v in cert.gates.items() if v is worst), None)
+
+    @property
+    def figure(self) -> str:
+        """The row's deciding figure in a few words: the largest bias effect in ULP and the variance bound U."""
+        cert = self.certificate
+        if cert is None:
+            return self.skipped_reason or "skipped"
+        parts = []
+        gate = self.deciding_gate
+        if gate == "algebra":
+            reason = cert.algebra.reason
+            parts.append("algebra: " + (reason if len(reason) <= 60 else reason[:57] + "..."))
+        effect = bias_effect(cert)
+        if effect is not None:
+            parts.append(f"bias {effect:.2g} ULP")
+        u = variance_bound(cert)
+        if u is not None:
+            parts.append(f"U {u:.3g}")
+        return ", ".join(parts) if parts else cert.verdict.value
+
+    @property
+    def label(self) -> str:
+        return self.module or "(model)"
+
+
+def bias_effect(cert: Certificate) -> float | None:
+    """The largest |effect| in ULP over the bias gate's buckets and outputs (None when none was measured)."""
+    best = None
+    for b in cert.bias:
+        for test in getattr(b, "tests", ()):
+            effects = getattr(test, "effect_ulp", None)
+            if effects is None:
+                continue
+            try:
+                values = [abs(float(e)) for e in effects if e == e]
+            except TypeError:
+                continue
+            if values:
+                best = max(values) if best is None else max(best, max(values))
+    return best
+
+
+def variance_bound(cert: Certificate) -> float | None:
+    """The largest upper bound U of the tail ratio over the outputs (None when the gate did not run)."""
+    found = [v.interval.upper for v in cert.variance if getattr(v, "interval", None) is not None]
+    return max(found) if found else None
+
+
+def _ancestor(parent: str, child: str) -> bool:
+    return parent == "" and child != "" or child.startswith(parent + ".")
+
+
+@dataclass(frozen=True)
+class ModelCertificate:
+    """The certificate of a model pair: module rows in execution order (each module's forward row, then
+    its backward row), then the end-to-end row; the modules of one model with no match in the other.
+
+    Attributes
+    ----------
+    name : str
+    rows : tuple of ModuleRow
+    unmatched : tuple of (str, str)
+        (model, qualified name) of every module with no match: model is "ref" or "prod".
+    selection : str
+        The selection in words.
+    provenance : dict
+        seed, replicates, dtype, wall time, the command.
+
+    Examples
+    --------
+    >>> from kcert.model.results import ModelCertificate, ModuleRow
+    >>> rows = (ModuleRow("layers.0", "Block", "Block", "forward", 0, skipped_reason="no floating output"),)
+    >>> cert = ModelCertificate("tiny", rows, unmatched=(("prod", "layers.0.extra"),))
+    >>> cert.verdict.value, cert.first_failure  # an unmatched module holds the verdict at WARN
+    ('WARN', None)
+    """
+
+    name: str
+    rows: tuple[ModuleRow, ...]
+    unmatched: tuple[tuple[str, str], ...] = ()
+    selection: str = ""
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Verdict:
+        """The worst row; a model with unmatched modules is at least WARN (they were not certified)."""
+        worst = Verdict.worst([r.verdict for r in self.rows]) if self.rows else Verdict.SKIPPED
+        if self.unmatched and worst.severity < Verdict.WARN.severity:
+            return Verdict.WARN
+        return worst
+
+    @property
+    def failures(self) -> tuple[ModuleRow, ...]:
+        return tuple(r for r in self.rows if r.verdict is Verdict.FAIL)
+
+    def failing_descendants(self, row: ModuleRow) -> tuple[str, ...]:
+        """The selected descendants of ``row``'s module that FAIL in the same direction (an end-to-end row:
+        every module FAILing in either direction)."""
+        return tuple(r.module for r in self.failures if _ancestor(row.module, r.module)
+                     and (r.direction == row.direction or row.direction == "end to end"))
+
+    @property
+    def first_failure(self) -> ModuleRow | None:
+        """The localized row: the first FAIL in execution order with no FAILing selected descendant (a decoder
+        layer that FAILs because its attention FAILs is not the culprit; the attention is)."""
+        for row in self.failures:
+            if not self.failing_descendants(row):
+                return row
+        return None
+
+    def row(self, module: str, direction: str = "forward") -> ModuleRow:
+        for r in self.rows:
+            if r.module == module and r.direction == direction:
+                return r
+        raise KeyError(f"no {direction} row for module {module!r}")

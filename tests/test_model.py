@@ -1,0 +1,136 @@
+"""kcert.certify_model (docs/model.md): a module certified on ref's recorded inputs FAILs for its own defect
+alone and is localized; a benign rewrite (not bitwise equal) does not FAIL; matching by qualified name
+(swapped classes, patched forwards, unmatched modules); bad input named; checkpoint per row. Tiny models,
+64 replicates."""
+
+import copy
+import types
+
+import pytest
+import torch
+
+import kcert
+from kcert.verdict import Verdict
+from model_fixtures import SEQ, VOCAB, EpsOutside, Norm, FusedGain, swapped, tiny
+
+INPUTS = {"input_ids": kcert.Integers((2, SEQ), 0, VOCAB)}
+FAST = dict(replicates=64, peer_rules=False)
+
+
+def test_an_injected_norm_defect_is_localized_and_alone_fails_among_leaves():
+    ref = tiny()
+    prod = swapped(ref, "layers.1.norm2", EpsOutside)
+    selection = kcert.Modules(names=("layers.1", "layers.1.norm*", "layers.1.attn", "layers.1.mlp*"))
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=selection, backward=False, name="tiny", **FAST)
+    assert cert.first_failure is not None and cert.first_failure.module == "layers.1.norm2"
+    assert cert.first_failure.prod_kind == "EpsOutside"
+    leaves = {"layers.1.norm1", "layers.1.norm2", "layers.1.mlp.gate", "layers.1.mlp.up", "layers.1.mlp.act",
+              "layers.1.mlp.down"}
+    assert leaves <= {r.module for r in cert.rows}
+    failing = {r.module for r in cert.failures}
+    assert failing & leaves == {"layers.1.norm2"}
+    # the block holding the norm FAILs too, as including it, not as the culprit
+    assert "layers.1" in failing and cert.failing_descendants(cert.row("layers.1")) == ("layers.1.norm2",)
+    assert cert.row("layers.1.attn").verdict is not Verdict.FAIL  # downstream of the defect, own inputs: clean
+    assert cert.verdict is Verdict.FAIL
+    orders = [r.order for r in cert.rows if r.direction == "forward"]
+    assert orders == sorted(orders)
+
+
+def test_the_defect_fails_its_backward_row_too():
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", EpsOutside)
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("layers.0.norm*",)),
+                               end_to_end=False, **FAST)
+    back = cert.row("layers.0.norm1", "backward")
+    assert back.verdict is Verdict.FAIL
+    names = [o.name for o in back.certificate.outputs]
+    assert names == ["grad_x", "grad_param__weight"]
+    assert cert.row("layers.0.norm2", "backward").verdict is not Verdict.FAIL
+
+
+def test_a_benign_rewrite_that_is_not_bitwise_equal_does_not_fail():
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", FusedGain)
+    x = torch.randn(2, SEQ, 32, dtype=torch.bfloat16)
+    with torch.no_grad():  # the positive control is a real rewrite: its outputs differ in rounding
+        assert not torch.equal(ref.layers[0].norm1(x), prod.layers[0].norm1(x))
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("layers.0.norm1",)), **FAST)
+    assert [r.direction for r in cert.rows] == ["forward", "backward", "end to end"]
+    assert not cert.failures, [(r.module, r.direction, r.figure) for r in cert.failures]
+    assert cert.first_failure is None
+    bitwise = cert.row("layers.0.norm1").certificate.bitwise[0]
+    assert bitwise.ulp_histogram[1:].sum() > 0  # prod differed from ref in some elements
+
+
+def test_unmatched_modules_are_listed_and_hold_the_verdict_at_warn():
+    ref = tiny()
+    prod = copy.deepcopy(ref)
+    prod.layers[0].extra = torch.nn.Identity()
+    del prod.layers[1].mlp.act
+    prod.layers[1].mlp.act = None  # forward would fail: not selected, and not run (unmatched)
+    prod.layers[1].mlp.forward = types.MethodType(
+        lambda self, x: self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x)), prod.layers[1].mlp)
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("layers.1.mlp",)), backward=False,
+                               end_to_end=False, **FAST)
+    assert ("prod", "layers.0.extra") in cert.unmatched and ("ref", "layers.1.mlp.act") in cert.unmatched
+    assert cert.row("layers.1.mlp").verdict is not Verdict.FAIL  # the patched forward computes the same
+    assert cert.verdict.severity >= Verdict.WARN.severity
+
+
+def test_a_swapped_class_and_a_patched_forward_are_matched_and_judged():
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm2", EpsOutside)
+
+    def wrong_scale(self, x):  # a patched forward with a wrong gate scale
+        return self.down(self.act(self.gate(x) * 1.01) * self.up(x))
+
+    prod.layers[1].mlp.forward = types.MethodType(wrong_scale, prod.layers[1].mlp)
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(types=(Norm, "MLP"), depth=3),
+                               backward=False, end_to_end=False, **FAST)
+    assert not cert.unmatched
+    assert cert.row("layers.0.norm2").prod_kind == "EpsOutside"
+    assert {r.module for r in cert.failures} == {"layers.0.norm2", "layers.1.mlp"}
+    assert cert.first_failure.module == "layers.0.norm2"  # first in execution order
+
+
+def test_the_default_selection_is_the_modules_that_compute():
+    from kcert.model.select import Modules, match, select, trace
+
+    ref = tiny()
+    m = match(ref, ref)
+    found = trace(ref, m.ref, {"input_ids": torch.randint(0, VOCAB, (2, SEQ))})
+    chosen = select(Modules(), m.ref, found)
+    assert chosen[:3] == ["embed", "layers.0", "layers.0.norm1"]  # execution order; the block adds residuals
+    assert "layers" not in chosen and "" not in chosen  # a ModuleList computes nothing; the root is end to end
+    assert {"layers.0.attn", "layers.0.mlp", "layers.0.mlp.act", "head"} <= set(chosen)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda ref: kcert.certify_model("ref", ref, INPUTS), "ref_model must be a torch.nn.Module, got str"),
+    (lambda ref: kcert.certify_model(ref, copy.deepcopy(ref), {"input_ids": torch.zeros(2, SEQ)}),
+     "inputs['input_ids'] must be a kcert probe"),
+    (lambda ref: kcert.certify_model(ref, copy.deepcopy(ref), INPUTS, modules=kcert.Modules(names=("nothing.*",))),
+     "the selection (names nothing.*) matches no module"),
+    (lambda ref: kcert.certify_model(ref, ref, INPUTS), "the same object"),
+    (lambda ref: kcert.certify_model(ref, copy.deepcopy(ref), {"tokens": INPUTS["input_ids"]}),
+     "ref_model raised TypeError"),
+    (lambda ref: kcert.Modules(depth=-1), "depth must be None or an int >= 0"),
+])
+def test_bad_input_is_named(call, message):
+    with pytest.raises(kcert.KcertError) as info:
+        call(tiny())
+    assert message in str(info.value)
+
+
+def test_a_checkpoint_per_row_resumes(tmp_path):
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", EpsOutside)
+    options = dict(modules=kcert.Modules(names=("layers.0.norm1", "embed")), backward=False, end_to_end=False,
+                   checkpoint=tmp_path / "run.npz", **FAST)
+    first = kcert.certify_model(ref, prod, INPUTS, **options)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["run.000-embed-forward.npz", "run.001-layers.0.norm1-forward.npz"]
+    again = kcert.certify_model(ref, prod, INPUTS, resume=True, **options)
+    assert [r.verdict for r in again.rows] == [r.verdict for r in first.rows]
+    assert all(r.certificate.provenance.resumed for r in again.rows)
