@@ -67,7 +67,7 @@ def _commands() -> list[Command]:
         Command("step", "certify a training step across gradient accumulation, ranks and loss aggregation (L2)",
                 step.add_arguments, step.run),
         Command("model", "certify a model pair module by module on ref's recorded inputs and locate the module that "
-                "changes the numerics", model.add_arguments, model.run),
+                "changes the numerics", model.add_arguments, model.run, distributed=True),
     ]
 
 

@@ -4,6 +4,10 @@ Light at import: torch is imported inside :func:`run`.
 Exit codes as ``kcert certify``: 0 every row PASS and every module matched, 1 any FAIL, 3 a WARN, SKIPPED
 or unmatched module to review and no FAIL, 2 a usage or input error (a file that does not load, a
 selection that matches nothing, a model that raises), 130 Ctrl-C.
+
+Under ``torchrun --nproc-per-node N -m kcert model FILE`` every rank builds the same rows and each row's
+replicates are shared among the ranks as ``kcert certify`` shares a case's (docs/scaling.md); rank 0 prints
+and writes the reports.
 """
 
 from __future__ import annotations
@@ -76,15 +80,17 @@ def _command(args, pair: str) -> str:
 
 def run(args) -> int:
     streams = Streams.make(args, stdout_taken=STDOUT in (args.json, args.html))
+    if args.silent:  # other torchrun ranks: they share each row's replicates, rank 0 reports
+        args.json = args.html = None
     outputs = [("--json", args.json), ("--html", args.html), ("--checkpoint", args.checkpoint)]
     problem = first_output_problem(outputs, file_only=("--checkpoint",))
     if problem:
         streams.error(problem)
         return EXIT_ERROR
-    from .runtime import set_threads
+    from .runtime import EXIT_TIME_LIMIT, set_threads
 
     set_threads(args.threads)
-    from ..errors import KcertError
+    from ..errors import KcertError, TimeLimitReached
     from ..model import certify_model, load_pairs
     from ..model import report
     from ..stats.thresholds import BiasThresholds
@@ -105,7 +111,8 @@ def run(args) -> int:
         settings = settings_values(args)
         if args.checkpoint:
             settings["checkpoint"] = checkpoint_path(args.checkpoint, pair.name, len(pairs))
-        options = {"backward": args.backward, "end_to_end": args.end_to_end, **pair.options}
+        options = dict(pair.options)  # the pair's own, unless the command line turns a part off
+        options.update({k: False for k in ("backward", "end_to_end") if not getattr(args, k)})
         try:
             with replicates_bar(pair.name, streams.err) as bar:
                 task = bar.add_task("replicates", total=args.replicates)
@@ -123,6 +130,11 @@ def run(args) -> int:
                                      dtype=pair.dtype, name=pair.name, progress=tick, on_event=event,
                                      **{**settings, "bias_thresholds": thresholds,
                                         "command": _command(args, pair.name)}, **options)
+        except TimeLimitReached as exc:
+            saved = f"; finished rows and this one's state are saved beside {args.checkpoint}: continue with " \
+                    "--resume" if args.checkpoint else "; nothing is saved (give --checkpoint PATH)"
+            streams.note(f"kcert: --max-time reached in a row of pair {pair.name!r} after {exc.done} replicates{saved}")
+            return EXIT_TIME_LIMIT
         except KcertError as exc:
             streams.error(exc)
             return EXIT_ERROR

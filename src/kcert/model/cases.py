@@ -84,7 +84,10 @@ class ModuleCall:
         kwargs.pop(RECORDING, None)
         values = {k: _in_mode(v) for k, v in kwargs.items()}
         args, kw = self.layout.rebuild(values)
-        state = {p: values[param_key(p)] for p in self.params}
+        # a torch.compile'd module (its wrapper is called, so it runs compiled) names its parameters
+        # _orig_mod.<name>
+        prefix = "_orig_mod." if isinstance(getattr(self.module, "_orig_mod", None), nn.Module) else ""
+        state = {prefix + p: values[param_key(p)] for p in self.params}
         out = functional_call(self.module, state, args, kw) if state else self.module(*args, **kw)
         picked = tuple(_pick(out, path) for path in self.outputs)
         for path, value in zip(self.outputs, picked):
@@ -186,7 +189,7 @@ def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, 
     exact = {k: v.detach().to(torch.float64) if v.is_floating_point() else v for k, v in trial.items()}
     leaves = {k: exact[k].clone().requires_grad_() for k in candidates}
     g = torch.Generator().manual_seed(0)
-    try:
+    try:  # ref's exact gradients on the first replicate's recording, for one cotangent
         with RealMode(torch.float64), torch.enable_grad():
             outs = forward.ref(**{**exact, **leaves})
             live = [(o, n) for o, n in zip(outs, names) if o.requires_grad]
@@ -202,6 +205,9 @@ def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, 
     vanishing = [k for k in leaves if k not in unused and size[k] <= VANISHING * scale]
     wrt = [k for k in leaves if k not in unused and k not in vanishing]
     notes = []
+    if unused:
+        notes.append("inputs and parameters no output depends on, not differentiated: "
+                     + ", ".join(_pretty(k) for k in unused))
     if vanishing:
         notes.append("gradients that vanish in exact arithmetic, not certified (float64 |grad| <= "
                      f"{VANISHING:g} x the module's largest): " + ", ".join(_pretty(k) for k in vanishing))

@@ -1,0 +1,68 @@
+"""``kcert model FILE`` (docs/model.md): the table, --json (kcert.model/1) and --html written, the exit code of
+a FAIL, --export-case round trip through ``kcert certify``, and a model file that defines no pair."""
+
+import json
+import textwrap
+from pathlib import Path
+
+from kcert.cli import main
+
+TESTS = Path(__file__).resolve().parent
+
+MODEL_FILE = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+import kcert
+from model_fixtures import EpsOutside, SEQ, VOCAB, swapped, tiny
+
+ref = tiny()
+defect = kcert.ModelPair("defect", ref, swapped(ref, "layers.1.norm2", EpsOutside),
+                         {{"input_ids": kcert.Integers((2, SEQ), 0, VOCAB)}},
+                         modules=kcert.Modules(names=("layers.1", "layers.1.norm*")))
+"""
+
+
+def _file(tmp_path) -> Path:
+    path = tmp_path / "pairs.py"
+    path.write_text(textwrap.dedent(MODEL_FILE))
+    return path
+
+
+def test_the_command_reports_the_localized_module_and_exits_1(tmp_path, capsys):
+    path = _file(tmp_path)
+    code = main(["model", str(path), "-R", "64", "--no-backward", "--no-end-to-end", "--no-peer-rules", "--json",
+                 str(tmp_path / "out.json"), "--html", str(tmp_path / "out.html")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "localized: layers.1.norm2 (Norm, forward)" in out
+    assert "includes layers.1.norm2" in out  # the block FAILs through its norm, and says so
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["schema"] == "kcert.model/1"
+    assert report["first_failure"] == {"module": "layers.1.norm2", "direction": "forward", "kind": "Norm"}
+    rows = {(r["module"], r["direction"]): r for r in report["rows"]}
+    assert rows[("layers.1.norm2", "forward")]["verdict"] == "FAIL"
+    assert rows[("layers.1", "forward")]["includes"] == ["layers.1.norm2"]
+    assert rows[("layers.1.norm2", "forward")]["certificate"]["schema"] == "kcert.certificate/1"
+    page = (tmp_path / "out.html").read_text()
+    assert "<h3>forward</h3>" in page and "layers.1.norm2" in page
+
+
+def test_an_exported_case_fails_under_kcert_certify(tmp_path, capsys):
+    path = _file(tmp_path)
+    out = tmp_path / "norm2_case.py"
+    assert main(["model", str(path), "--no-backward", "--export-case", "layers.1.norm2", str(out)]) == 0
+    assert "kcert certify" in capsys.readouterr().err
+    code = main(["certify", str(out), "-R", "64", "--quiet", "--no-peer-rules"])
+    text = capsys.readouterr().out
+    assert code == 1, text
+    assert "FAIL  defect:layers.1.norm2" in text
+
+
+def test_export_of_an_unknown_module_and_a_file_without_pairs_are_errors(tmp_path, capsys):
+    path = _file(tmp_path)
+    assert main(["model", str(path), "--export-case", "layers.9", str(tmp_path / "x.py")]) == 2
+    assert "has no module 'layers.9'" in capsys.readouterr().err
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    assert main(["model", str(empty)]) == 2
+    assert "defines no kcert.ModelPair" in capsys.readouterr().err
