@@ -114,7 +114,10 @@ def judge(rec: dict) -> dict:
     return out
 
 
-def _cell(rows: list[dict]) -> str:
+def _cell(rows: list[dict], of: int | None = None, most: int = 4) -> str:
+    """The rows' modules (direction initial), or only their count when there are more than ``most``."""
+    if of is not None and len(rows) > most:
+        return f"{len(rows)}/{of}"
     return ", ".join(f"`{r['module']}` {r['direction'][0]}" for r in rows) or "-"
 
 
@@ -144,7 +147,7 @@ def markdown(records: list[dict], pending: list[model_zoo.Pair]) -> str:
         lines.append(
             f"| `{r['pair']}` | {r['kind']} | {r['half']} | {('`' + r['injected'] + '`') if r['injected'] else '-'} | "
             f"{loc} | {_cell([x for x in mod_rows if x['verdict'] == 'FAIL'])} | "
-            f"{_cell([x for x in mod_rows if x['verdict'] == 'WARN'])} | {e2e} | {len(mod_rows)} "
+            f"{_cell([x for x in mod_rows if x['verdict'] == 'WARN'], len(mod_rows))} | {e2e} | {len(mod_rows)} "
             f"({j['skipped_rows']} skipped) | {r['replicates']} ({r.get('max_replicates') or 4 * r['replicates']}) | "
             f"{'yes' if r.get('backward', True) else 'no'} | {r['wall_s']:.0f} s | "
             f"{'met' if j['met'] else 'MISSED: ' + j['why']} |")
