@@ -1,0 +1,146 @@
+"""The cost of ``kcert.certify_model`` (issue 25, item 5): a 2-layer Hugging Face Llama (hidden 256; the
+zoo's, benchmarks/model_zoo.py) certified against its sdpa twin at R replicates (default kcert's default),
+backward on, on this machine's CPU, with the split of the wall time:
+
+- recording: the forwards of ref's model up to each module that record the module's inputs, per replicate
+  (timed by wrapping the engine's recording function; part of the rows below);
+- forward rows, backward rows, the end-to-end row: the wall time of each row (from the engine's
+  ``on_event("row")`` notices), summed per direction, and the median per row;
+- beside it, in the same process, a plain ``kcert.certify`` of one module case at the same R (the HF
+  RMSNorm case of kcert.adapters.hf, the model's own norm size) as the unit of scale: the model's time
+  over it, and the median row over it.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_cost.py [--replicates 1024] \\
+        [--json benchmarks/data/model_cost.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import kcert
+import model_zoo
+
+
+class RecordingTimer:
+    """Seconds spent in the engine's recording function (wrapped where the engine calls it)."""
+
+    def __init__(self):
+        self.seconds, self.calls, self._undo = 0.0, 0, []
+
+    def wrap(self, module, attr: str) -> None:
+        original = getattr(module, attr)
+
+        def timed(*a, **k):
+            start = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+
+        setattr(module, attr, timed)
+        self._undo.append((module, attr, original))
+
+    def restore(self) -> None:
+        for module, attr, original in reversed(self._undo):
+            setattr(module, attr, original)
+
+
+def model_run(replicates: int, seed: int) -> dict:
+    from kcert.model import cases as model_cases, record as model_record
+
+    p = model_zoo.pair("llama_eager_vs_sdpa")
+    ref, prod = model_zoo.models(p, seed)
+    starts: list[tuple[float, str, str]] = []
+
+    def on_event(kind, detail):
+        if kind == "row":
+            starts.append((time.perf_counter(), detail["module"], detail["direction"]))
+            print(f"  row {detail['index'] + 1}/{detail['rows']}: {detail['module'] or '(model)'} "
+                  f"{detail['direction']}", flush=True)
+
+    timer = RecordingTimer()
+    for mod in (model_record, model_cases):  # cases imports the function by name
+        if hasattr(mod, "record"):
+            timer.wrap(mod, "record")
+    start = time.perf_counter()
+    try:
+        cert = kcert.certify_model(ref, prod, model_zoo.inputs(p.arch), loss=model_zoo.lm_loss, backward=True,
+                                   name=p.name, replicates=replicates, seed=seed, on_event=on_event)
+    finally:
+        timer.restore()
+    end = time.perf_counter()
+    per_row = []
+    for i, (t0, module, direction) in enumerate(starts):
+        t1 = starts[i + 1][0] if i + 1 < len(starts) else end
+        per_row.append({"module": module, "direction": direction, "seconds": t1 - t0})
+    by_dir = {d: sum(r["seconds"] for r in per_row if r["direction"] == d) for d in ("forward", "backward", "end to end")}
+    modules = sorted({r.module for r in cert.rows if r.direction == "forward"})
+    return {"pair": p.name, "wall_s": end - start, "selected_modules": len(modules), "rows": len(cert.rows),
+            "verdict": cert.verdict.value, "recording_s": timer.seconds, "recording_calls": timer.calls,
+            "by_direction_s": by_dir, "per_row": per_row,
+            "median_row_s": {d: statistics.median([r["seconds"] for r in per_row if r["direction"] == d] or [0.0])
+                             for d in ("forward", "backward")},
+            "replicates_run": [r.certificate.provenance.replicates for r in cert.rows if r.certificate is not None]}
+
+
+def single_case(replicates: int, seed: int, repeats: int) -> dict:
+    from kcert.adapters import hf
+
+    ref = model_zoo.build("llama", seed)
+    norm = ref.get_submodule("model.layers.0.input_layernorm")
+    case = hf.rmsnorm_case(norm, name="llama_rmsnorm_alone")
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        cert = kcert.certify(case, replicates=replicates, seed=seed)
+        times.append(time.perf_counter() - start)
+    return {"case": case.name, "wall_s": times, "median_s": statistics.median(times), "verdict": cert.verdict.value,
+            "shape": {k: list(v.shape) for k, v in case.inputs.items() if hasattr(v, "shape")}}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicates", "-R", type=int, default=kcert.Settings().replicates)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3, help="repeats of the single-case run (median)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    single = single_case(args.replicates, args.seed, args.repeats)
+    print(f"single case {single['case']} at R={args.replicates}: median {single['median_s']:.1f} s "
+          f"over {args.repeats} ({single['verdict']})", flush=True)
+    model = model_run(args.replicates, args.seed)
+    load = os.getloadavg()
+    out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__,
+           "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+           "threads": torch.get_num_threads(), "load_average": load, "model": model, "single": single}
+    m, s = model, single
+    fwd, bwd = m["by_direction_s"]["forward"], m["by_direction_s"]["backward"]
+    print(f"\nLlama 2 layers hidden 256, {m['selected_modules']} selected modules, {m['rows']} rows, R={args.replicates}:"
+          f" {m['wall_s'] / 60:.1f} min ({m['verdict']}); target (R=1024) <= 10 min: "
+          + (("met" if m["wall_s"] <= 600 else "MISSED") if args.replicates == 1024 else "not this R"))
+    print(f"  forward rows {fwd:.0f} s, backward rows {bwd:.0f} s, end to end {m['by_direction_s']['end to end']:.0f} s; "
+          f"recording (inside the rows) {m['recording_s']:.0f} s over {m['recording_calls']} calls "
+          f"({m['recording_s'] / max(m['wall_s'], 1e-9):.0%} of the total)")
+    print(f"  median row: forward {m['median_row_s']['forward']:.1f} s, backward {m['median_row_s']['backward']:.1f} s;"
+          f" one module case alone (kcert.certify) {s['median_s']:.1f} s")
+    print(f"  ratios: model / one case {m['wall_s'] / s['median_s']:.1f}x; median forward row / one case "
+          f"{m['median_row_s']['forward'] / s['median_s']:.2f}x; median backward row / one case "
+          f"{m['median_row_s']['backward'] / s['median_s']:.2f}x; load average {load[0]:.1f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
