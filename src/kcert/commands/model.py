@@ -38,12 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export-case", nargs=2, metavar=("MODULE", "OUT.py"), default=None,
                    help="write a case file for MODULE (its recorded inputs as the probe) for `kcert certify OUT.py`, "
                         "and certify nothing")
-    add_run_options(p, defaults={"algebra_proof": False},
-                    why={"algebra_proof": " here: modules close over their sizes, so the proof is rarely reached and costs "
-                                          "minutes per large row; docs/model.md"}, helps={"json": "write the JSON report (kcert.model/1: one object for one pair, an array for "
-                                      "several); '-' for stdout",
-                              "checkpoint": "save each row's state to PATH's stem.<row>.npz; --resume continues the "
-                                            "rows (finished rows load from their files)"})
+    why = {"algebra_proof": " here: modules close over their sizes, so the proof is rarely reached and costs "
+                            "minutes per large row; docs/model.md"}
+    helps = {"json": "write the JSON report (kcert.model/1: one object for one pair, an array for several); '-' "
+                     "for stdout",
+             "checkpoint": "save each row's state to PATH's stem.<row>.npz; --resume continues the rows (finished "
+                           "rows load from their files)"}
+    add_run_options(p, defaults={"algebra_proof": False}, why=why, helps=helps)
     p.epilog = EPILOG
     p.set_defaults(check_arguments=_check)
 
