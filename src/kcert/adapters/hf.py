@@ -50,6 +50,7 @@ from ..catalog import norms as catalog_norms
 from ..catalog import rope as catalog_rope
 from ..catalog.probes import trained_weights
 from ..errors import CaseError, KernelError
+from ..execution.realmode import in_mode
 from . import ExtraMissing
 
 EXTRA = 'pip install "kcert[hf]"'
@@ -151,17 +152,6 @@ def module_weights(module: nn.Module, mode: str = "draw", *, dtype: torch.dtype 
 # --- a module as a kernel --------------------------------------------------------------------------
 
 
-def _in_mode(t):
-    """``t`` in the precision the current evaluation computes in: itself normally; under kcert's real
-    mode a float copy in the mode's target dtype. Code that reads ``x.dtype`` (HF builds its eager
-    mask with ``finfo(inputs_embeds.dtype).min``) then sees the dtype it computes in, not that of a
-    float64 tensor captured from outside the mode."""
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        return t
-    mode = torch.zeros((), dtype=t.dtype, device=t.device).dtype  # real mode redirects floating factories
-    return t if mode == t.dtype else t.to(mode)
-
-
 def _select(out: Any, output: int | Callable[[Any], Any] | None, where: str):
     if callable(output):
         return output(out)
@@ -201,7 +191,7 @@ class ModuleKernel:
         if set(kwargs) != expected:
             missing, extra = sorted(expected - set(kwargs)), sorted(set(kwargs) - expected)
             raise TypeError(f"{self.name}: takes arguments {sorted(expected)}; missing {missing}, unexpected {extra}")
-        kwargs = {k: _in_mode(v) for k, v in kwargs.items()}
+        kwargs = {k: in_mode(v) for k, v in kwargs.items()}
         state = dict(self.parameters({k: kwargs[k] for k in self.weights}))
         own = dict(_root(self.module).named_parameters())
         if set(state) != set(own):
@@ -437,7 +427,7 @@ class RotaryKernel:
     rebuild: bool = True
 
     def __call__(self, q, k, position_ids):
-        q, k = _in_mode(q), _in_mode(k)
+        q, k = in_mode(q), in_mode(k)
         state = rope_buffers(self.rotary, q.device) if self.rebuild else {}
         cos, sin = functional_call(self.rotary, state, (q, position_ids))
         return self.apply(q, k, cos, sin)

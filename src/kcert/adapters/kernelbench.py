@@ -65,6 +65,7 @@ from torch.func import functional_call
 from ..case import Axes, Case, Custom, Fixed
 from ..errors import CaseError
 from ..execution import seeding
+from ..execution.realmode import in_mode
 from ..stats.thresholds import BiasThresholds
 from .kernelbench_problem import (  # noqa: F401 - the problem side of the adapter, re-exported
     DEFAULT_BUDGET,
@@ -102,15 +103,6 @@ def _torch_seed(seed: int, stream: int, index: int) -> int:
 # --- kernels -------------------------------------------------------------------------------------------
 
 
-def _in_mode(t):
-    """``t`` in the precision the current evaluation computes in: itself normally, a copy in real
-    mode's target dtype under kcert's real mode (so code reading ``x.dtype`` sees what it computes in)."""
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        return t
-    mode = torch.zeros((), dtype=t.dtype, device=t.device).dtype
-    return t if mode == t.dtype else t.to(mode)
-
-
 def _certifiable(out, where: str):
     """The module's output as kcert kernels return it: floating tensors as they are, integer and bool
     tensors as float64 (any difference is then far above every floor), Python numbers as 0-d tensors."""
@@ -137,7 +129,7 @@ class ModuleKernel:
     label: str
 
     def __call__(self, **kwargs):
-        kwargs = {k: _in_mode(v) for k, v in kwargs.items()}
+        kwargs = {k: in_mode(v) for k, v in kwargs.items()}
         args = [kwargs[n] if n is not None else c for n, c in zip(self.order, self.constants)]
         state = {}
         for arg, key in self.state:

@@ -94,7 +94,7 @@ from kcert.errors import ParameterError, RealModeUnsupported
 from .. import rounding
 from ..rounding import semantic_round
 
-__all__ = ["RealMode", "op_name", "run_real", "semantic_round", "to_real"]
+__all__ = ["RealMode", "in_mode", "op_name", "run_real", "semantic_round", "to_real"]
 
 _TARGETS = (torch.float64, torch.float32)
 
@@ -235,6 +235,17 @@ def _compiling() -> bool:
 
 def _describe(t: torch.Tensor) -> str:
     return f"{t.dtype} tensor of shape {tuple(t.shape)}"
+
+
+def in_mode(t: Any) -> Any:
+    """``t`` in the precision the current evaluation computes in: itself normally; under real mode a float
+    copy in the mode's target dtype (real mode redirects floating factories). Code that reads ``x.dtype``
+    (HF builds its eager mask with ``finfo(inputs_embeds.dtype).min``) then sees the dtype it computes in,
+    not that of a float64 tensor captured from outside the mode. Non-floating values are returned as given."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return t
+    mode = torch.zeros((), dtype=t.dtype, device=t.device).dtype
+    return t if mode == t.dtype else t.to(mode)
 
 
 def op_name(func: Any) -> str:

@@ -28,7 +28,7 @@ from ..backward import gradients
 from ..case import Axes, Case, Fixed, Probe
 from ..errors import CaseError, KernelError
 from ..execution import seeding
-from ..execution.realmode import RealMode
+from ..execution.realmode import RealMode, in_mode
 from .record import RECORDING, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
 
 VANISHING = 1e-9  # float64 gradient / the module's largest: zero up to float64 round-off (about 1e-16)
@@ -36,15 +36,6 @@ VANISHING = 1e-9  # float64 gradient / the module's largest: zero up to float64 
 
 def param_key(name: str) -> str:
     return "param__" + name.replace(".", "__")
-
-
-def _in_mode(t):
-    """``t`` in the precision the current evaluation computes in (real mode redirects floating factories):
-    code that reads ``x.dtype`` (HF's ``finfo(dtype).min`` masks) then sees the dtype it computes in."""
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        return t
-    mode = torch.zeros((), dtype=t.dtype, device=t.device).dtype
-    return t if mode == t.dtype else t.to(mode)
 
 
 def output_paths(out) -> dict[str, tuple]:
@@ -91,7 +82,7 @@ class ModuleCall:
 
     def __call__(self, **kwargs):
         kwargs.pop(RECORDING, None)
-        values = {k: _in_mode(v) for k, v in kwargs.items()}
+        values = {k: in_mode(v) for k, v in kwargs.items()}
         args, kw = self.layout.rebuild(values)
         out = call_module(self.module, {p: values[param_key(p)] for p in self.params}, args, kw)
         picked = tuple(_pick(out, path) for path in self.outputs)
@@ -260,7 +251,7 @@ class ModelCall:
     extra: Mapping
 
     def __call__(self, **kwargs):
-        kwargs = {k: _in_mode(v) for k, v in kwargs.items()}
+        kwargs = {k: in_mode(v) for k, v in kwargs.items()}
         out = self.model(**kwargs, **self.extra)
         picked = tuple(_pick(out, p) for p in self.outputs)
         if self.loss is not None:
