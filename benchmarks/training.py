@@ -229,7 +229,7 @@ def summary_figure(rows) -> bytes:
     spreads (95 % intervals), coloured by what training showed; labelled with kcert's verdict."""
     from matplotlib.lines import Line2D
 
-    from kcert.training import plots
+    from kcert.report import training_plots as plots
 
     fig = plots._figure(13, 0.4 * len(rows) + 1.4)
     left, middle, right = fig.subplots(1, 3, sharey=True)
@@ -274,7 +274,7 @@ def _mean_gain(arm) -> np.ndarray:
 def horizon_figure(rows) -> bytes:
     """The paired t statistic of the held-out loss and of the mean gain drift at every evaluation:
     a coherent effect grows like sqrt(steps), noise does not (the argument kcert rests on)."""
-    from kcert.training import plots
+    from kcert.report import training_plots as plots
 
     fig = plots._figure(10, 4.2)
     left, right = fig.subplots(1, 2)
@@ -302,7 +302,7 @@ def horizon_figure(rows) -> bytes:
 
 
 def write_figures(rows, out: Path) -> list[Path]:
-    from kcert.training import plots
+    from kcert.report import training_plots as plots
 
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "training_summary.png", out / "training_horizon.png"]
@@ -366,7 +366,7 @@ def main() -> None:
     figures = write_figures(rows, Path(args.out))
     print("\nfigures: " + ", ".join(str(p) for p in figures))
     if args.json:
-        from kcert.training.report import to_dict
+        from kcert.report.training import to_dict
 
         Path(args.json).write_text(json.dumps([to_dict(r) for _, _, _, r, _, _ in rows], indent=1))
     if args.write_docs:

@@ -346,8 +346,8 @@ def test_algebra_messages_print_constants_as_numbers():
 def test_train_compare_says_whether_training_confirms_the_certificate():
     from types import SimpleNamespace
 
-    from kcert.training.report import certificate_agreement
-    from kcert.training.results import TrainingVerdict
+    from kcert.report.training import certificate_agreement
+    from kcert.results.training import TrainingVerdict
 
     def result(cert, verdict):
         return SimpleNamespace(certificate=SimpleNamespace(verdict=cert), verdict=verdict, exit_code=verdict.exit_code,

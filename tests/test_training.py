@@ -226,3 +226,28 @@ def test_train_compare_input_errors(tmp_path, capsys):
     assert stop.value.code == 2
     assert main(["train-compare", str(cases), "--case", "bf16_truncation_not_rne", "--seeds", "1"]) == 2
     assert "seeds must be >= 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("raised, code, said", [
+    (RuntimeError("boom"), 2, "kcert: error: case 'llama_kernel_on_gemma_weights': kcert stopped on an unexpected RuntimeError: boom"),
+    (KeyboardInterrupt(), 130, "kcert: interrupted; finished seeds are in {ckpt}, continue with --resume"),
+])
+def test_train_compare_ends_through_the_shared_command_loop(tmp_path, capsys, monkeypatch, raised, code, said):
+    """An unexpected exception is one line and exit 2 (never 1, a FAIL); Ctrl-C is 130 and says where the
+    finished seeds are: kcert.commands.session.CommandRun.attempt, as for the certifying commands."""
+    import importlib
+
+    from kcert.cli import main
+
+    engine = importlib.import_module("kcert.training.compare")  # the module (kcert.training.compare: the function)
+
+    def stop(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(engine, "compare", stop)
+    cases = tmp_path / "cases.py"
+    cases.write_text(textwrap.dedent(CASES))
+    ckpt = tmp_path / "seeds.json"
+    assert main(["train-compare", str(cases), "--checkpoint", str(ckpt)]) == code
+    err = capsys.readouterr().err
+    assert said.format(ckpt=ckpt) in err and "Traceback" not in err

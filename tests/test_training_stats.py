@@ -1,5 +1,6 @@
-"""kcert.training's pure parts: the paired statistics, the sign-flip test, the prediction and the
-synthetic language (numpy/scipy only: no torch here, checked by the first test)."""
+"""train-compare's pure parts: the paired statistics (kcert.stats.training), the sign-flip test, the
+prediction, the result types (kcert.results.training) and the synthetic language (numpy/scipy only: no
+torch here, checked by the first test)."""
 
 import math
 import subprocess
@@ -11,12 +12,12 @@ from scipy import stats
 
 from kcert.training import language as lang
 from kcert.training import prediction as pred
-from kcert.training import stats as S
+from kcert.stats import training as S
 
 
 def test_pure_modules_import_without_torch():
-    code = ("import sys\nimport kcert.training.stats, kcert.training.prediction, kcert.training.language, "
-            "kcert.training.results\nassert 'torch' not in sys.modules, 'torch was imported'\n")
+    code = ("import sys\nimport kcert.stats.training, kcert.training.prediction, kcert.training.language, "
+            "kcert.results.training\nassert 'torch' not in sys.modules, 'torch was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 

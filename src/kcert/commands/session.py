@@ -1,6 +1,7 @@
-"""One certifying command's run over its cases (``kcert certify``, ``kcert demo``, ``kernelbench``):
+"""One command's run over its cases (``kcert certify``, ``kcert demo``, ``kernelbench``, ``train-compare``):
 each case under its progress report, every way a case can end turned into one outcome, the reports
-written, and one exit code.
+written, and one exit code. :class:`CommandRun` is what every such command shares (printing, a case's
+work turned into an outcome, writing the reports); :class:`Session` adds the certifying commands' loop.
 
 A case ends with a certificate (a verdict), or with an error (exit 2: one line naming the case and
 what to fix), or it stops the whole run: the time limit (exit 124), SIGTERM (143) or Ctrl-C (130),
@@ -51,16 +52,15 @@ def continue_command(args) -> str:
     return shlex.join(words)
 
 
-class Session:
-    """The cases of one command, run in turn under one time limit (``args.max_time``)."""
+class CommandRun:
+    """What the run of every command over its cases shares: how it prints, one case's work turned into an
+    outcome (:meth:`attempt`) and the report files (:meth:`write`). ``interval``: seconds between
+    progress lines without a terminal (``--progress-every``; none with ``--quiet``)."""
 
-    def __init__(self, args, streams: Streams, n_cases: int):
-        self.args, self.streams, self.n_cases = args, streams, n_cases
+    def __init__(self, args, streams: Streams):
+        self.args, self.streams = args, streams
         interval = args.progress_every
         self.interval = (0.0 if args.quiet else DEFAULT_INTERVAL) if interval is None else interval
-        if not streams.err.is_terminal and self.interval > 0:
-            self.note(f"kcert: stderr is not a terminal: a progress line every {self.interval:g} s "
-                      "(--progress-every S; 0 turns it off)")
 
     # -- what is printed ----------------------------------------------------------------------------
     def note(self, message: str) -> None:
@@ -77,6 +77,60 @@ class Session:
                                    soft_wrap=True)
         hint = "; --traceback prints the full traceback" if cause is not None and not self.args.traceback else ""
         self.streams.error(f"{exc}{hint}")
+
+    # -- one case ------------------------------------------------------------------------------------
+    def attempt(self, name: str, work, where: str, saved, ran_out=None) -> tuple:
+        """``work()`` for case ``name``, every way it can end turned into (outcome, stop): (its result,
+        None); (the error, printed, as text, None): exit 2; (None, :class:`Stop`) for SIGTERM (143), Ctrl-C
+        (130) and, when ``ran_out(exc)`` words it, the time limit (124). ``where`` places the stop
+        (" in case 'x'"), ``saved()`` says what was saved and how to continue."""
+        from ..errors import KcertError, TimeLimitReached
+
+        try:
+            return work(), None
+        except Terminated:
+            return None, Stop(EXIT_TERMINATED, f"kcert: terminated (SIGTERM){where}{saved()}")
+        except KeyboardInterrupt:
+            return None, Stop(EXIT_INTERRUPTED, f"kcert: interrupted{where}{saved()}")
+        except KcertError as exc:
+            if ran_out is not None and isinstance(exc, TimeLimitReached):
+                return None, Stop(EXIT_TIME_LIMIT, f"kcert: {ran_out(exc)}{saved()}")
+            self.error(exc)
+            return str(exc), None
+        except Exception as exc:  # noqa: BLE001 - a bug or an input kcert does not check: exit 2, never 1
+            error = RuntimeError(f"case {name!r}: kcert stopped on an unexpected {type(exc).__name__}: "
+                                 f"{exc} (an input kcert does not check yet, or a bug in kcert: please report "
+                                 "it with the traceback)")
+            error.__cause__ = exc
+            self.error(error)
+            return str(error), None
+
+    # -- the end -------------------------------------------------------------------------------------
+    def write(self, reports) -> bool:
+        """Write each report asked for: (option name, label, text()) with ``label`` the note naming the file
+        written (None: no note). False when one could not be written where asked (it was saved elsewhere)."""
+        args, streams = self.args, self.streams
+        ok = True
+        for name, label, text in reports:
+            target = getattr(args, name)
+            if not target:
+                continue
+            written = write_output(f"--{name}", target, text(), streams)
+            if written and target != STDOUT and label:
+                self.note(f"{label}: {target}")
+            ok &= written
+        return ok
+
+
+class Session(CommandRun):
+    """The cases of one certifying command, run in turn under one time limit (``args.max_time``)."""
+
+    def __init__(self, args, streams: Streams, n_cases: int):
+        super().__init__(args, streams)
+        self.n_cases = n_cases
+        if not streams.err.is_terminal and self.interval > 0:
+            self.note(f"kcert: stderr is not a terminal: a progress line every {self.interval:g} s "
+                      "(--progress-every S; 0 turns it off)")
 
     # -- one case ------------------------------------------------------------------------------------
     def _saving(self, case) -> dict:
@@ -117,7 +171,6 @@ class Session:
         shows a finished one. Returns (case name, certificate or error text) per case that ended, and
         the reason the run stopped early (None when every case ended)."""
         from .. import certification  # noqa: F401 - imported before the clock starts: its import takes seconds
-        from ..errors import KcertError, TimeLimitReached
 
         self.clock = Clock(getattr(self.args, "max_time", None))  # --max-time counts from the first case's start
         outcomes: list = []
@@ -127,44 +180,33 @@ class Session:
                 left = ", ".join(c.name for c in cases[index:])
                 return outcomes, self._stopped(EXIT_TIME_LIMIT, f"--max-time {human(self.args.max_time)} ran out "
                                                                 f"before case {case.name!r}; not started: {left}")
-            try:
-                cert = self.certify(case, index, remaining, **options_for(case))
-            except TimeLimitReached as exc:
+
+            def ran_out(exc, index=index, case=case) -> str:
                 later = ", ".join(c.name for c in cases[index + 1:])
-                return outcomes, self._stopped(EXIT_TIME_LIMIT, f"--max-time {human(self.args.max_time)} reached in "
-                                                                f"case {case.name!r} after {exc.done} replicates"
-                                                                + (f" (not started: {later})" if later else ""), case)
-            except Terminated:
-                return outcomes, self._stopped(EXIT_TERMINATED, f"terminated (SIGTERM) in case {case.name!r}", case)
-            except KeyboardInterrupt:
-                return outcomes, self._stopped(EXIT_INTERRUPTED, f"interrupted in case {case.name!r}", case)
-            except KcertError as exc:
-                self.error(exc)
-                outcomes.append((case.name, str(exc)))
-                continue
-            except Exception as exc:  # noqa: BLE001 - a bug or an input kcert does not check: exit 2, never 1
-                error = RuntimeError(f"case {case.name!r}: kcert stopped on an unexpected {type(exc).__name__}: "
-                                     f"{exc} (an input kcert does not check yet, or a bug in kcert: please report "
-                                     "it with the traceback)")
-                error.__cause__ = exc
-                self.error(error)
-                outcomes.append((case.name, str(error)))
-                continue
+                return (f"--max-time {human(self.args.max_time)} reached in case {case.name!r} after {exc.done} "
+                        "replicates" + (f" (not started: {later})" if later else ""))
+
+            cert, stop = self.attempt(case.name, lambda: self.certify(case, index, remaining, **options_for(case)),
+                                      f" in case {case.name!r}", lambda: self._saved(case), ran_out)
+            if stop is not None:
+                return outcomes, stop
             outcomes.append((case.name, cert))
-            if render is not None:
+            if render is not None and not isinstance(cert, str):
                 render(cert)
         return outcomes, None
 
     def _stopped(self, code: int, what: str, case=None) -> Stop:
+        return Stop(code, f"kcert: {what}{self._saved(case)}")
+
+    def _saved(self, case=None) -> str:
+        """What a run stopped in ``case`` saved, and how to continue it."""
         args = self.args
         path = checkpoint_path(args.checkpoint, case.name, self.n_cases) if args.checkpoint and case else None
         if path and os.path.exists(path):
-            saved = f"; the state is saved in {path}; continue with: {continue_command(args)}"
-        elif args.checkpoint:
-            saved = f"; nothing was computed yet, so nothing is saved; continue with: {continue_command(args)}"
-        else:
-            saved = "; nothing is saved (no --checkpoint PATH: give one to continue an interrupted run)"
-        return Stop(code, f"kcert: {what}{saved}")
+            return f"; the state is saved in {path}; continue with: {continue_command(args)}"
+        if args.checkpoint:
+            return f"; nothing was computed yet, so nothing is saved; continue with: {continue_command(args)}"
+        return "; nothing is saved (no --checkpoint PATH: give one to continue an interrupted run)"
 
     # -- the end -------------------------------------------------------------------------------------
     def write_reports(self, certs, several: bool) -> bool:
@@ -172,19 +214,9 @@ class Session:
         ``several``: the command ran several cases (the JSON report is then an array, whatever ended)."""
         from ..report.formats import FORMATS
 
-        args, streams = self.args, self.streams
-        ok = True
         if not certs:
-            return ok
-        for form in FORMATS:
-            target = getattr(args, form.name)
-            if not target:
-                continue
-            written = write_output(f"--{form.name}", target, form.render(certs, several), streams)
-            if written and target != STDOUT:
-                self.note(f"{form.label}: {target}")
-            ok &= written
-        return ok
+            return True
+        return self.write((form.name, form.label, lambda form=form: form.render(certs, several)) for form in FORMATS)
 
     def finish(self, outcomes: list, stop: Stop | None, written: bool) -> int:
         """Print how the run ended and return its exit code."""

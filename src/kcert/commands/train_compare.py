@@ -2,7 +2,9 @@
 
 Light at import (argparse only): torch and the training package are imported inside :func:`run`.
 Exit codes, in the spirit of ``kcert certify``: 0 indistinguishable at this horizon, 1 training
-differs, 3 inconclusive (too little power, or ref itself diverged), 2 a usage or input error.
+differs, 3 inconclusive (too little power, or ref itself diverged), 2 a usage or input error; the run
+of the case, its interrupts and its reports go through :class:`kcert.commands.session.CommandRun`, as
+every certifying command's do.
 """
 
 from __future__ import annotations
@@ -10,13 +12,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from .options import integer, number
+from . import EXIT_ERROR
+from .options import add_option, integer, number
+from .output import STDOUT
 from .runtime import DEFAULT_INTERVAL, DEFAULT_THREADS
 from ..settings import DEFAULTS
 
-EXIT_ERROR = 2
-INTERRUPTED = 130
-STDOUT = "-"
 EPILOG = ("exit 0: indistinguishable at this horizon; 1: training differs; 3: inconclusive; 2: usage or input error; "
           "130 Ctrl-C, 143 SIGTERM (the finished seeds stay in --checkpoint). docs/training.md explains the model, "
           "the statistics and the prediction.")
@@ -49,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     advanced.add_argument("--progress-every", type=float, default=None, metavar="S",
                           help=f"without a terminal, print a progress line every S seconds (default "
                                f"{DEFAULT_INTERVAL:g}, none with --quiet; 0 turns it off)")
+    add_option(p, "traceback")  # in the advanced group, as every certifying command's
     p.epilog = EPILOG
     p.set_defaults(check_arguments=check_arguments)
 
@@ -68,7 +70,7 @@ def check_arguments(args) -> str | None:
 
 
 def run(args) -> int:
-    from .output import Streams, first_output_problem, write_output
+    from .output import Streams, first_output_problem
 
     streams = Streams.make(args, stdout_taken=args.json == STDOUT)
     problem = check_arguments(args) or first_output_problem(
@@ -77,61 +79,67 @@ def run(args) -> int:
     if problem:
         streams.error(problem)
         return EXIT_ERROR
-    from contextlib import nullcontext
-
     from ..casefile import load_cases
-    from .progress import Heartbeat, items_bar
-    from .runtime import EXIT_TERMINATED, Terminated, human, set_threads
     from ..errors import KcertError
-    from ..training import report
-    from ..training.compare import compare
-    from ..training.config import QUICK, TrainingConfig
+    from ..report import training as report
+    from .runtime import set_threads
+    from .session import CommandRun
 
     set_threads(args.threads)
-    interval = (0.0 if args.quiet else DEFAULT_INTERVAL) if args.progress_every is None else args.progress_every
+    started = time.monotonic()  # the progress line's "in all" counts the case file's import too
+    try:
+        cases = load_cases(args.casefile, [args.case] if args.case else None)
+        if len(cases) > 1:
+            raise_many(cases, args.casefile)
+    except KcertError as exc:
+        streams.error(exc)
+        return EXIT_ERROR
+    session = CommandRun(args, streams)
+    saved = f"; finished seeds are in {args.checkpoint}, continue with --resume" if args.checkpoint else ""
+    result, stop = session.attempt(cases[0].name, lambda: _compare(args, cases[0], session, started), "",
+                                   lambda: saved)
+    if stop is not None:
+        streams.note(stop.message)
+        return stop.code
+    if isinstance(result, str):  # the error, printed
+        return EXIT_ERROR
+    (report.render_line if args.quiet else report.render)(result, streams.out)
+    ok = session.write((("json", None, lambda: report.dumps(result)),
+                        ("html", None, lambda: report.render_html(result))))
+    return result.exit_code if ok else EXIT_ERROR
+
+
+def _compare(args, case, session, started: float):
+    """The training comparison of ``case`` under its progress bar (a heartbeat line without a terminal)."""
+    from contextlib import nullcontext
+
+    from ..training.compare import compare
+    from ..training.config import QUICK, TrainingConfig
+    from .progress import Heartbeat, items_bar
+    from .runtime import human
+
+    streams = session.streams
     state = {"label": "preparing (the case, the certificate the prediction reads)", "done": 0, "total": 0,
-             "start": time.monotonic()}
+             "start": started}
 
     def describe() -> str:
         elapsed = time.monotonic() - state["start"]
         return (f"kcert: train-compare: {state['label']}, {state['done']} of {state['total'] or '?'} training steps; "
                 f"{human(elapsed)} in all")
 
-    try:
-        cases = load_cases(args.casefile, [args.case] if args.case else None)
-        if len(cases) > 1:
-            raise_many(cases, args.casefile)
-        case = cases[0]
-        config = (QUICK if args.quick else TrainingConfig()).replace(threads=args.threads)
-        beating = interval > 0 and not streams.err.is_terminal
-        with items_bar(streams.err) as bar, (Heartbeat(interval, describe, streams.note) if beating else nullcontext()):
-            task = bar.add_task(case.name, total=None)
+    config = (QUICK if args.quick else TrainingConfig()).replace(threads=args.threads)
+    beating = session.interval > 0 and not streams.err.is_terminal
+    with items_bar(streams.err) as bar, (Heartbeat(session.interval, describe, streams.note) if beating
+                                         else nullcontext()):
+        task = bar.add_task(case.name, total=None)
 
-            def tick(done, total, label):
-                state.update(label=f"{case.name}: {label}", done=done, total=total)
-                bar.update(task, completed=done, total=total, description=f"{case.name}: {label}")
+        def tick(done, total, label):
+            state.update(label=f"{case.name}: {label}", done=done, total=total)
+            bar.update(task, completed=done, total=total, description=f"{case.name}: {label}")
 
-            result = compare(case, steps=args.steps, seeds=args.seeds, quick=args.quick, config=config,
-                             alpha=args.alpha, predict=args.predict, replicates=args.replicates,
-                             checkpoint=args.checkpoint, resume=args.resume, progress=tick)
-    except KcertError as exc:
-        streams.error(exc)
-        return EXIT_ERROR
-    except KeyboardInterrupt as exc:
-        saved = f"; finished seeds are in {args.checkpoint}, continue with --resume" if args.checkpoint else ""
-        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        streams.note(f"kcert: {what}{saved}")
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else INTERRUPTED
-    if args.quiet:
-        report.render_line(result, streams.out)
-    else:
-        report.render(result, streams.out)
-    ok = True
-    if args.json:
-        ok &= write_output("--json", args.json, report.dumps(result), streams)
-    if args.html:
-        ok &= write_output("--html", args.html, report.render_html(result), streams)
-    return result.exit_code if ok else EXIT_ERROR
+        return compare(case, steps=args.steps, seeds=args.seeds, quick=args.quick, config=config, alpha=args.alpha,
+                       predict=args.predict, replicates=args.replicates, checkpoint=args.checkpoint,
+                       resume=args.resume, progress=tick)
 
 
 def raise_many(cases, casefile: str) -> None:

@@ -2,8 +2,9 @@
 
 ``kcert.training.compare(case)`` trains a small decoder on a synthetic language twice per seed,
 once with ref's kernel in the case's slot and once with prod's, and compares the runs paired by
-seed (docs/training.md). Names are imported lazily: ``kcert.training.stats`` and the result
-classes load without torch.
+seed (docs/training.md). Names are imported lazily; the result types live torch-free in
+:mod:`kcert.results.training`, the paired statistics in :mod:`kcert.stats.training`, the renderers in
+:mod:`kcert.report.training`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ _EXPORTS = {
     "Language": "language",
     "SlotError": "slots",
     "bind": "slots",
-    "TrainingComparison": "results",
-    "TrainingVerdict": "results",
+    "TrainingComparison": "..results.training",
+    "TrainingVerdict": "..results.training",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -28,6 +29,7 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kcert.training' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    relative = module if module.startswith(".") else f".{module}"
+    value = getattr(importlib.import_module(relative, __name__), name)
     globals()[name] = value
     return value

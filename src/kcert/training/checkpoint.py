@@ -19,7 +19,7 @@ import numpy as np
 from ..version import __version__
 from ..errors import TrainingCheckpointError
 from ..numbers import json_number
-from .results import ArmRun, SeedRun
+from ..results.training import ArmRun, SeedRun
 
 FORMAT = "kcert.training-checkpoint/1"
 
@@ -51,9 +51,10 @@ def _arm(run: ArmRun) -> dict:
 
 
 def _read_arm(d: dict) -> ArmRun:
-    return ArmRun(d["arm"], _array(d["train_loss"]), np.array(d["eval_steps"], np.int64), _array(d["eval_loss"]),
-                  {k: _array(v) for k, v in d["norm_params"].items()}, d["nonfinite_step"], float(d["seconds"]),
-                  {k: _matrix(v, len(d["norm_params"][k])) for k, v in d["norm_trajectory"].items()})
+    return ArmRun(arm=d["arm"], train_loss=_array(d["train_loss"]), eval_steps=np.array(d["eval_steps"], np.int64),
+                  eval_loss=_array(d["eval_loss"]), norm_params={k: _array(v) for k, v in d["norm_params"].items()},
+                  nonfinite_step=d["nonfinite_step"], seconds=float(d["seconds"]),
+                  norm_trajectory={k: _matrix(v, len(d["norm_params"][k])) for k, v in d["norm_trajectory"].items()})
 
 
 def check_writable(path) -> None:
@@ -96,8 +97,8 @@ def load(path, fp: dict) -> dict[int, SeedRun]:
         raise TrainingCheckpointError(f"checkpoint {str(path)!r} belongs to another comparison (differs in "
                                       f"{', '.join(differ)}); remove it or drop --resume")
     try:
-        return {int(s): SeedRun(int(s), _read_arm(d["ref"]), _read_arm(d["prod"]),
-                                math.nan if d["distance"] is None else float(d["distance"]))
+        return {int(s): SeedRun(seed=int(s), ref=_read_arm(d["ref"]), prod=_read_arm(d["prod"]),
+                                distance=math.nan if d["distance"] is None else float(d["distance"]))
                 for s, d in doc["seeds"].items()}
     except (KeyError, TypeError, ValueError) as exc:
         raise TrainingCheckpointError(f"checkpoint {str(path)!r} is damaged: {type(exc).__name__}: {exc}") from exc

@@ -15,10 +15,10 @@ from ..settings import DEFAULTS
 from ..stats.ulp import ulp
 from . import checkpoint as ckpt
 from . import prediction as pred
-from . import stats as tstats
+from ..stats import training as tstats
 from .config import QUICK, TrainingConfig
 from .model import norm_sites, site_name
-from .results import CertificateSummary, DriftResult, SeedRun, TrainingComparison, TrainingVerdict
+from ..results.training import CertificateSummary, DriftResult, SeedRun, TrainingComparison, TrainingVerdict
 from .slots import Slot, bind, case_channels, gain_sensitivity
 from .train import build, model_shape, train_arm
 
@@ -77,8 +77,9 @@ def _summary(cert) -> CertificateSummary | None:
         if test is not None:
             significant = int(np.sum(np.abs(test.z) > b.thresholds.z_star))
     findings = sum(b.count(Verdict.FAIL) + b.count(Verdict.WARN) for b in cert.bias)
-    return CertificateSummary(cert.verdict.value, {g: v.value for g, v in cert.gates.items()},
-                              cert.provenance.replicates, cert.provenance.seed, findings, significant)
+    return CertificateSummary(verdict=cert.verdict.value, gates={g: v.value for g, v in cert.gates.items()},
+                              replicates=cert.provenance.replicates, seed=cert.provenance.seed,
+                              bias_findings=findings, significant=significant)
 
 
 def _channel_bias(slot: Slot, cert, case_seed: int) -> pred.ChannelBias | str:
@@ -125,7 +126,7 @@ def _run_seed(slot: Slot, config: TrainingConfig, seed: int, tick, cache: dict |
     initial = {n: t.detach() for n, t in build(slot, "ref", config, seed).p.items()}
     apart = math.sqrt(sum(float((finals["prod"][n] - finals["ref"][n]).double().pow(2).sum()) for n in initial))
     moved = math.sqrt(sum(float((finals["ref"][n] - initial[n]).double().pow(2).sum()) for n in initial))
-    return SeedRun(seed, arms["ref"], arms["prod"], apart / moved if moved > 0 else math.nan)
+    return SeedRun(seed=seed, ref=arms["ref"], prod=arms["prod"], distance=apart / moved if moved > 0 else math.nan)
 
 
 def _cache_key(slot: Slot, arm: str, config: TrainingConfig, seed: int):
@@ -147,7 +148,8 @@ def _drift(runs: Sequence[SeedRun], slot: Slot, config: TrainingConfig, alpha: f
     labels = tuple(f"{site_name(j, config.layers)}:{c}" for j in range(sites) for c in range(hidden))
     spread = ref.std(axis=0, ddof=1) if len(runs) > 1 else np.full(d.shape[1], np.nan)
     mean = tstats.paired("mean gain drift", ref.mean(axis=1), prod.mean(axis=1), alpha, power)
-    return DriftResult(d, labels, spread, statistic, p, mean)
+    return DriftResult(differences=d, channel_names=labels, seed_spread=spread, statistic=statistic, p_value=p,
+                       mean=mean)
 
 
 def _prediction(slot: Slot, cert, config: TrainingConfig, runs, drift: DriftResult, case_seed: int, alpha: float,

@@ -26,12 +26,12 @@ drift on prediction (``1``: as predicted, ``0``: none of it) says how far these 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import stats as tstats
+from ..results.training import DriftPrediction
+from ..stats import training as tstats
 
 
 @dataclass(frozen=True)
@@ -45,34 +45,8 @@ class ChannelBias:
     output: str
 
 
-@dataclass(frozen=True)
-class DriftPrediction:
-    """The predicted and measured drift of the norm gains.
-
-    ``predicted``: per model channel (all norm sites, gains), full compensation. ``slope``: per
-    seed, the least-squares slope of the measured drift on ``predicted``, as a one-sample
-    statistic over seeds. ``moved_ulps``: the median over predicted channels of how far the gain
-    travelled during training (ref arm), in ULPs of the working dtype at the effective gain: well
-    above 1, a bias that depends on the gain's value (a rounding of ``1 + w``) cannot have stayed
-    what the certificate measured."""
-
-    available: bool
-    reason: str
-    predicted: np.ndarray | None = None
-    channels: int = 0  # model channels with a non-zero prediction
-    predicted_rms: float = math.nan  # over those channels
-    coherent_rms: float = math.nan  # RMS over those channels of the drift's mean over seeds
-    noise_rms: float = math.nan  # RMS over those channels of the drift's sd over seeds
-    slope: tstats.PairedStatistic | None = None
-    moved_ulps: float = math.nan
-    mean_relative_error: float = math.nan  # mean delta over the predicted channels (its sign: coherent?)
-    slope_steps: np.ndarray | None = None  # the slope at every evaluation: steps, and mean/low/high per step
-    slope_path: np.ndarray | None = None  # (evaluations, 3)
-    effective_slope: tstats.PairedStatistic | None = None  # the same for the channel's effective scale
-
-
 def unavailable(reason: str) -> DriftPrediction:
-    return DriftPrediction(False, reason)
+    return DriftPrediction(available=False, reason=reason)
 
 
 def predict(bias: ChannelBias, case_channels: np.ndarray) -> np.ndarray:
@@ -95,8 +69,8 @@ def compare_drift(bias: ChannelBias, case_channels: np.ndarray, measured: np.nda
     predicted = predict(bias, case_channels)
     on = predicted != 0
     if not np.any(on):
-        return DriftPrediction(True, "the certificate finds no significant bucket: no drift predicted",
-                               predicted, 0, 0.0)
+        return DriftPrediction(available=True, reason="the certificate finds no significant bucket: no drift predicted",
+                               predicted=predicted, channels=0, predicted_rms=0.0)
     slope = tstats.regression_slope(measured, predicted)
     slope_stat = tstats.paired("slope of drift on prediction", np.zeros_like(slope), slope, alpha, power)
     mean = measured[:, on].mean(axis=0)

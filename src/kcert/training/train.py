@@ -13,7 +13,7 @@ from ..execution import seeding
 from . import language as lang
 from .config import TrainingConfig
 from .model import PARAMS_STREAM, Decoder, norm_sites
-from .results import ArmRun
+from ..results.training import ArmRun
 from .slots import Slot, initial_norm_weights, initial_router, kernels
 
 POSITIONS_STREAM = 14
@@ -125,7 +125,8 @@ def train_arm(slot: Slot, arm: str, config: TrainingConfig, seed: int, on_step=N
         eval_loss.append(math.nan)
     history = {name: np.stack([t[name] for t in trajectory]) if trajectory else np.zeros((0, values.size))
                for name, values in model.norm_parameters().items()}
-    run = ArmRun(arm, train_loss, np.asarray(eval_steps, np.int64), np.asarray(eval_loss, np.float64),
-                 {**model.norm_parameters(), **model.downstream_scales()}, nonfinite, time.perf_counter() - started,
-                 history)
+    run = ArmRun(arm=arm, train_loss=train_loss, eval_steps=np.asarray(eval_steps, np.int64),
+                 eval_loss=np.asarray(eval_loss, np.float64),
+                 norm_params={**model.norm_parameters(), **model.downstream_scales()}, nonfinite_step=nonfinite,
+                 seconds=time.perf_counter() - started, norm_trajectory=history)
     return run, {n: t.detach().clone() for n, t in model.p.items()}

@@ -93,16 +93,28 @@ def paired(name: str, ref, prod, alpha: float = 0.05, power: float = 0.8) -> Pai
     sd = float(d.std(ddof=1)) if k > 1 else math.nan
     spread = float(ref.std(ddof=1)) if k > 1 else math.nan
     if k < 2 or not np.all(np.isfinite(d)):
-        return PairedStatistic(name, d, ref, mean, sd, -math.inf, math.inf, math.nan, math.inf, spread, 1 - alpha,
-                               power)
+        return PairedStatistic(name=name, differences=d, reference=ref, mean=mean, sd=sd, low=-math.inf, high=math.inf,
+                               p_value=math.nan, detectable=math.inf, seed_spread=spread, level=1 - alpha, power=power)
     se = sd / math.sqrt(k)
     crit = float(stats.t.ppf(1 - alpha / 2, k - 1))
     if se == 0:
         p = 1.0 if mean == 0 else 0.0
     else:
         p = float(2 * stats.t.sf(abs(mean) / se, k - 1))
-    return PairedStatistic(name, d, ref, mean, sd, mean - crit * se, mean + crit * se, p,
-                           detectable_difference(sd, k, alpha, power), spread, 1 - alpha, power)
+    return PairedStatistic(name=name, differences=d, reference=ref, mean=mean, sd=sd, low=mean - crit * se,
+                           high=mean + crit * se, p_value=p, detectable=detectable_difference(sd, k, alpha, power),
+                           seed_spread=spread, level=1 - alpha, power=power)
+
+
+def pointwise_interval(d: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column of ``d`` (seeds, points): the mean over seeds and its paired t interval at ``level``
+    (the mean three times with one seed)."""
+    k = d.shape[0]
+    mean = d.mean(axis=0)
+    if k < 2:
+        return mean, mean, mean
+    half = stats.t.ppf(0.5 + level / 2, k - 1) * d.std(axis=0, ddof=1) / math.sqrt(k)
+    return mean, mean - half, mean + half
 
 
 def _flip_statistic(signs: np.ndarray, d: np.ndarray, m2: np.ndarray) -> np.ndarray:

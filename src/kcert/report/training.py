@@ -10,8 +10,7 @@ import math
 
 from ..numbers import fmt as number_text
 from ..numbers import json_number
-from .results import TrainingComparison, TrainingVerdict
-from .stats import PairedStatistic
+from ..results.training import PairedStatistic, TrainingComparison, TrainingVerdict
 
 FORMAT = "kcert.training-comparison/1"
 _COLOURS = {TrainingVerdict.DIFFERS: "red", TrainingVerdict.INDISTINGUISHABLE: "green",
@@ -204,7 +203,7 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def render_html(result: TrainingComparison) -> str:
-    from . import plots
+    from . import training_plots as plots
 
     e = html.escape
     badge = f'<span class="v" style="background:{_HEX[result.verdict]}">{e(result.verdict.value)}</span>'

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..report.plots import _figure, _png, _style  # one look for every kcert figure
-from .results import TrainingComparison
+from ..results.training import TrainingComparison
+from .plots import _figure, _png, _style  # one look for every kcert figure
 
 REF, PROD, BAND, GREY = "#0969da", "#cf222e", "#fa8072", "#6e7781"
 

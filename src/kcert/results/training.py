@@ -1,4 +1,5 @@
-"""Result dataclasses of a training comparison: numpy only, rendering reads them."""
+"""Result types of a training comparison (``kcert train-compare``, docs/training.md): numpy only.
+``kcert.training`` builds them, ``report.training`` renders them; derived numbers are their methods."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .prediction import DriftPrediction
-from .stats import PairedStatistic
+from ..stats.training import PairedStatistic, pointwise_interval
 
 
 class TrainingVerdict(enum.Enum):
@@ -95,6 +95,32 @@ class DriftResult:
 
 
 @dataclass(frozen=True)
+class DriftPrediction:
+    """The predicted and measured drift of the norm gains.
+
+    ``predicted``: per model channel (all norm sites, gains), full compensation. ``slope``: per
+    seed, the least-squares slope of the measured drift on ``predicted``, as a one-sample
+    statistic over seeds. ``moved_ulps``: the median over predicted channels of how far the gain
+    travelled during training (ref arm), in ULPs of the working dtype at the effective gain: well
+    above 1, a bias that depends on the gain's value (a rounding of ``1 + w``) cannot have stayed
+    what the certificate measured."""
+
+    available: bool
+    reason: str
+    predicted: np.ndarray | None = None
+    channels: int = 0  # model channels with a non-zero prediction
+    predicted_rms: float = math.nan  # over those channels
+    coherent_rms: float = math.nan  # RMS over those channels of the drift's mean over seeds
+    noise_rms: float = math.nan  # RMS over those channels of the drift's sd over seeds
+    slope: PairedStatistic | None = None
+    moved_ulps: float = math.nan
+    mean_relative_error: float = math.nan  # mean delta over the predicted channels (its sign: coherent?)
+    slope_steps: np.ndarray | None = None  # the slope at every evaluation: steps, and mean/low/high per step
+    slope_path: np.ndarray | None = None  # (evaluations, 3)
+    effective_slope: PairedStatistic | None = None  # the same for the channel's effective scale
+
+
+@dataclass(frozen=True)
 class CertificateSummary:
     """The certificate the prediction reads, reduced to what the comparison reports."""
 
@@ -156,15 +182,8 @@ class TrainingComparison:
     def curve_band(self, level: float | None = None, window: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per step: mean over seeds of prod - ref training loss and a t interval (pointwise),
         after a moving average of ``window`` steps."""
-        from scipy import stats
-
         d = np.stack([r.prod.train_loss - r.ref.train_loss for r in self.runs])
         if window > 1:
             kernel = np.ones(window) / window
             d = np.stack([np.convolve(row, kernel, mode="valid") for row in d])
-        k = d.shape[0]
-        mean = d.mean(axis=0)
-        if k < 2:
-            return mean, mean, mean
-        half = stats.t.ppf(0.5 + (level or 1 - self.alpha) / 2, k - 1) * d.std(axis=0, ddof=1) / math.sqrt(k)
-        return mean, mean - half, mean + half
+        return pointwise_interval(d, level or 1 - self.alpha)
