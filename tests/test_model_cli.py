@@ -66,3 +66,29 @@ def test_export_of_an_unknown_module_and_a_file_without_pairs_are_errors(tmp_pat
     empty.write_text("x = 1\n")
     assert main(["model", str(empty)]) == 2
     assert "defines no kcert.ModelPair" in capsys.readouterr().err
+
+
+def test_a_pair_that_stops_unexpectedly_is_one_line_exit_2_and_ctrl_c_is_130(tmp_path, capsys, monkeypatch):
+    """The command runs each pair through the shared command run (commands.session.CommandRun): an exception
+    kcert did not expect is one line and exit 2 (never a traceback, never exit 1); Ctrl-C is 130 and names
+    the pair and what was saved."""
+    import kcert.model
+
+    path = _file(tmp_path)
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(kcert.model, "certify_model", broken)
+    assert main(["model", str(path), "-R", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "case 'defect': kcert stopped on an unexpected ZeroDivisionError: a bug" in err
+    assert "Traceback" not in err
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kcert.model, "certify_model", interrupted)
+    assert main(["model", str(path), "-R", "8", "--checkpoint", str(tmp_path / "m.npz")]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted in pair 'defect'" in err and "continue with --resume" in err

@@ -207,3 +207,28 @@ def test_a_step_that_cannot_run_in_real_mode_skips_the_algebra_gate_and_keeps_it
     cert = result.configs[0].certificate
     assert cert.gates["algebra"] is Verdict.SKIPPED and "above the 0.25 harm ULP" in cert.algebra.reason
     assert cert.provenance.replicates == 16 and Verdict.FAIL not in cert.gates.values()
+
+
+def test_command_line_step_that_stops_unexpectedly_is_one_line_exit_2(monkeypatch, capsys):
+    """`kcert step` runs each step through the shared command run: an unexpected exception is exit 2 in one
+    line naming the step (--traceback prints it whole), SIGTERM is 143."""
+    import kcert.step
+    from kcert.cli import main
+    from kcert.commands.runtime import Terminated
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(kcert.step, "certify_step", broken)
+    assert main(["step", EXAMPLES, "--step", "mean_of_means"]) == 2
+    err = capsys.readouterr().err
+    assert "case 'mean_of_means': kcert stopped on an unexpected ZeroDivisionError" in err and "Traceback" not in err
+    assert main(["step", EXAMPLES, "--step", "mean_of_means", "--traceback"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+    def terminated(*args, **kwargs):
+        raise Terminated
+
+    monkeypatch.setattr(kcert.step, "certify_step", terminated)
+    assert main(["step", EXAMPLES, "--step", "mean_of_means"]) == 143
+    assert "terminated (SIGTERM) in step 'mean_of_means'" in capsys.readouterr().err

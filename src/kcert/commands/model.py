@@ -3,7 +3,8 @@ Light at import: torch is imported inside :func:`run`.
 
 Exit codes as ``kcert certify``: 0 every row PASS and every module matched, 1 any FAIL, 3 a WARN, SKIPPED
 or unmatched module to review and no FAIL, 2 a usage or input error (a file that does not load, a
-selection that matches nothing, a model that raises), 130 Ctrl-C.
+selection that matches nothing, a model that raises: the other pairs still run), 124 --max-time, 130
+Ctrl-C, 143 SIGTERM (each pair runs through :class:`kcert.commands.session.CommandRun`).
 
 Under ``torchrun --nproc-per-node N -m kcert model FILE`` every rank builds the same rows and each row's
 replicates are shared among the ranks as ``kcert certify`` shares a case's (docs/scaling.md); rank 0 prints
@@ -16,7 +17,7 @@ import argparse
 
 from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
 from .options import add_run_options, check_run_options, run_flags, settings_values
-from .output import STDOUT, Streams, first_output_problem, write_output
+from .output import STDOUT, Streams, first_output_problem
 
 EPILOG = ("A model file defines kcert.ModelPair objects (or functions named *pair* returning them). Exit 0: every "
           "row PASS; 1: a FAIL; 3: a WARN, SKIPPED or unmatched module; 2: usage or input error. docs/model.md")
@@ -90,16 +91,15 @@ def run(args) -> int:
     if problem:
         streams.error(problem)
         return EXIT_ERROR
-    from .runtime import EXIT_TIME_LIMIT, set_threads
+    from .runtime import set_threads
 
     set_threads(args.threads)
-    from ..errors import KcertError, TimeLimitReached
-    from ..model import certify_model, load_pairs
+    from ..errors import KcertError
+    from ..model import load_pairs
     from ..model import report
     from ..stats.thresholds import BiasThresholds
     from ..verdict import Verdict
-    from .progress import replicates_bar
-    from .session import checkpoint_path
+    from .session import CommandRun
 
     try:
         pairs = load_pairs(args.modelfile, args.case)
@@ -109,56 +109,62 @@ def run(args) -> int:
     if args.export_case:
         return _export(args, pairs, streams)
     thresholds = None if args.ulp_floor is None else BiasThresholds(ulp_floor=args.ulp_floor)
-    certs = []
+    session = CommandRun(args, streams)
+    saved = (f"; finished rows and this one's state are saved beside {args.checkpoint}: continue with --resume"
+             if args.checkpoint else "; nothing is saved (give --checkpoint PATH)")
+    outcomes = []
     for pair in pairs:
-        settings = settings_values(args)
-        if args.checkpoint:
-            settings["checkpoint"] = checkpoint_path(args.checkpoint, pair.name, len(pairs))
-        options = dict(pair.options)  # the pair's own, unless the command line turns a part off
-        options.update({k: False for k in ("backward", "end_to_end") if not getattr(args, k)})
-        try:
-            with replicates_bar(pair.name, streams.err) as bar:
-                task = bar.add_task("replicates", total=args.replicates)
+        def ran_out(exc, pair=pair) -> str:
+            return f"--max-time reached in a row of pair {pair.name!r} after {exc.done} replicates"
 
-                def tick(done, planned):
-                    bar.update(task, completed=done, total=planned)
-
-                def event(kind, detail):
-                    if kind == "row":
-                        label = f"{pair.name}: {detail['module'] or '(model)'} {detail['direction']} " \
-                                f"({detail['index'] + 1}/{detail['rows']})"
-                        bar.update(task, completed=0, description=label)
-
-                cert = certify_model(pair.ref, pair.prod, pair.inputs, modules=_selection(args, pair), loss=pair.loss,
-                                     dtype=pair.dtype, name=pair.name, progress=tick, on_event=event,
-                                     **{**settings, "bias_thresholds": thresholds,
-                                        "command": _command(args, pair.name)}, **options)
-        except TimeLimitReached as exc:
-            saved = f"; finished rows and this one's state are saved beside {args.checkpoint}: continue with " \
-                    "--resume" if args.checkpoint else "; nothing is saved (give --checkpoint PATH)"
-            streams.note(f"kcert: --max-time reached in a row of pair {pair.name!r} after {exc.done} replicates{saved}")
-            return EXIT_TIME_LIMIT
-        except KcertError as exc:
-            streams.error(exc)
-            return EXIT_ERROR
-        except KeyboardInterrupt:
-            streams.note("kcert: interrupted" + (f"; finished rows are saved beside {args.checkpoint}: continue with "
-                                                 "--resume" if args.checkpoint else ""))
-            return 130
+        cert, stop = session.attempt(pair.name, lambda pair=pair: _certify(args, streams, pair, len(pairs), thresholds),
+                                     f" in pair {pair.name!r}", lambda: saved, ran_out)
+        if stop is not None:
+            streams.note(stop.message)
+            return stop.code
+        outcomes.append(cert)
+        if isinstance(cert, str):  # the error, printed: the other pairs still run
+            continue
         if not args.quiet:
             report.render(cert, streams.out)
         else:
             streams.out.print(report.headline(cert), highlight=False, markup=False, soft_wrap=True)
-        certs.append(cert)
-    written = True
-    if args.json:
-        written &= write_output("--json", args.json, report.dumps(certs) + "\n", streams)
-    if args.html:
-        written &= write_output("--html", args.html, report.render_html(certs), streams)
-    if not written:
+    certs = [c for c in outcomes if not isinstance(c, str)]
+    written = not certs or session.write((("json", None, lambda: report.dumps(certs) + "\n"),
+                                          ("html", None, lambda: report.render_html(certs))))
+    if not written or len(certs) < len(outcomes):
         return EXIT_ERROR
     worst = Verdict.worst([c.verdict for c in certs])
     return {Verdict.PASS: EXIT_PASS, Verdict.FAIL: EXIT_FAIL}.get(worst, EXIT_REVIEW)
+
+
+def _certify(args, streams, pair, n_pairs: int, thresholds):
+    """One pair certified under its progress bar (its label names the row being certified)."""
+    from ..model import certify_model
+    from .progress import replicates_bar
+    from .session import checkpoint_path
+
+    settings = settings_values(args)
+    if args.checkpoint:
+        settings["checkpoint"] = checkpoint_path(args.checkpoint, pair.name, n_pairs)
+    options = dict(pair.options)  # the pair's own, unless the command line turns a part off
+    options.update({k: False for k in ("backward", "end_to_end") if not getattr(args, k)})
+    with replicates_bar(pair.name, streams.err) as bar:
+        task = bar.add_task("replicates", total=args.replicates)
+
+        def tick(done, planned):
+            bar.update(task, completed=done, total=planned)
+
+        def event(kind, detail):
+            if kind == "row":
+                label = f"{pair.name}: {detail['module'] or '(model)'} {detail['direction']} " \
+                        f"({detail['index'] + 1}/{detail['rows']})"
+                bar.update(task, completed=0, description=label)
+
+        return certify_model(pair.ref, pair.prod, pair.inputs, modules=_selection(args, pair), loss=pair.loss,
+                             dtype=pair.dtype, name=pair.name, progress=tick, on_event=event,
+                             **{**settings, "bias_thresholds": thresholds, "command": _command(args, pair.name)},
+                             **options)
 
 
 def _export(args, pairs, streams) -> int:

@@ -1,4 +1,5 @@
-"""One command's run over its cases (``kcert certify``, ``kcert demo``, ``kernelbench``, ``train-compare``):
+"""One command's run over its cases (``kcert certify``, ``kcert demo``, ``kernelbench``; ``train-compare``,
+``kcert model`` and ``kcert step`` through :class:`CommandRun`):
 each case under its progress report, every way a case can end turned into one outcome, the reports
 written, and one exit code. :class:`CommandRun` is what every such command shares (printing, a case's
 work turned into an outcome, writing the reports); :class:`Session` adds the certifying commands' loop.

@@ -2,7 +2,8 @@
 aggregation (L2, docs/training-graph.md). Light at import: torch is imported inside :func:`run`.
 
 Exit codes as ``kcert certify``: 0 every configuration PASS, 1 any FAIL, 3 a WARN and no FAIL, 2 a
-usage or input error (a step file that does not load, a rank that raises, a bad --config).
+usage or input error (a step file that does not load, a rank that raises, a bad --config: the other steps
+still run), 130 Ctrl-C, 143 SIGTERM (each step runs through :class:`kcert.commands.session.CommandRun`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import argparse
 
 from . import DEFAULT_HORIZON, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
-from .options import check_threads, integer
+from .options import add_option, check_threads, integer
 from .runtime import DEFAULT_THREADS, set_threads
-from .output import STDOUT, Streams, first_output_problem, write_output
+from .output import STDOUT, Streams, first_output_problem
 
 EPILOG = ("--config takes k (accumulation steps), window (micro-batches present, <= k), n (ranks) and split "
           "(data, context, tensor), e.g. --config k=4,window=3 --config n=2,split=context; default: the step's own "
@@ -40,8 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"torch threads of this process (default {DEFAULT_THREADS}, as kcert certify); each rank runs one")
     p.add_argument("--json", metavar="OUT", help="write the JSON report (kcert.step-certificate/1); '-' for stdout")
     p.add_argument("--html", metavar="OUT", help="write the HTML report; '-' for stdout")
+    add_option(p, "traceback")
     p.epilog = EPILOG
-    p.set_defaults(check_arguments=_check)
+    # what the shared command run (commands.session.CommandRun) reads, fixed here: no progress lines
+    p.set_defaults(check_arguments=_check, quiet=False, progress_every=0.0, silent=False)
 
 
 def _check(args) -> str | None:
@@ -73,10 +76,9 @@ def run(args) -> int:
     set_threads(args.threads)
     from ..errors import KcertError
     from ..report import step as render
-    from ..step import certify_step
     from ..step.files import load_steps, parse_config
     from ..verdict import Verdict
-    from .progress import replicates_bar
+    from .session import CommandRun
 
     try:
         steps = load_steps(args.stepfile, args.step)
@@ -84,35 +86,40 @@ def run(args) -> int:
     except KcertError as exc:
         streams.error(exc)
         return EXIT_ERROR
-    results = []
+    session = CommandRun(args, streams)
+    outcomes = []
     for step in steps:
-        try:
-            with replicates_bar(step.name, streams.err) as bar:
-                task = bar.add_task("replicates", total=args.replicates)
-
-                def tick(config, done, planned):
-                    bar.update(task, completed=done, total=planned, description=f"{step.name} @ {config.label}")
-
-                result = certify_step(step, configs, args.replicates, args.seed, horizon=args.horizon,
-                                      max_replicates=args.max_replicates, diagnosis_replicates=args.diagnosis_replicates,
-                                      start_method=args.start_method, rank_timeout=args.rank_timeout,
-                                      command=_command(args, step.name), progress=tick)
-        except KcertError as exc:
-            streams.error(exc)
-            return EXIT_ERROR
-        except KeyboardInterrupt:
-            streams.note("kcert: interrupted")
-            return 130
-        render.render(result, streams.out)
-        results.append(result)
-    written = True
-    if args.json:
-        payload = render.dumps(results[0]) if len(results) == 1 else \
-            "[" + ",\n".join(render.dumps(r) for r in results) + "]"
-        written &= write_output("--json", args.json, payload + "\n", streams)
-    if args.html:
-        written &= write_output("--html", args.html, "\n".join(render.render_html(r) for r in results), streams)
-    if not written:
+        result, stop = session.attempt(step.name, lambda step=step: _certify(args, streams, step, configs),
+                                       f" in step {step.name!r}", lambda: "")
+        if stop is not None:
+            streams.note(stop.message)
+            return stop.code
+        outcomes.append(result)
+        if not isinstance(result, str):  # an error is printed; the other steps still run
+            render.render(result, streams.out)
+    results = [r for r in outcomes if not isinstance(r, str)]
+    written = not results or session.write((
+        ("json", None, lambda: (render.dumps(results[0]) if len(results) == 1 else
+                                "[" + ",\n".join(render.dumps(r) for r in results) + "]") + "\n"),
+        ("html", None, lambda: "\n".join(render.render_html(r) for r in results))))
+    if not written or len(results) < len(outcomes):
         return EXIT_ERROR
     worst = Verdict.worst([r.verdict for r in results])
     return {Verdict.PASS: EXIT_PASS, Verdict.FAIL: EXIT_FAIL}.get(worst, EXIT_REVIEW)
+
+
+def _certify(args, streams, step, configs):
+    """One step certified under its progress bar."""
+    from ..step import certify_step
+    from .progress import replicates_bar
+
+    with replicates_bar(step.name, streams.err) as bar:
+        task = bar.add_task("replicates", total=args.replicates)
+
+        def tick(config, done, planned):
+            bar.update(task, completed=done, total=planned, description=f"{step.name} @ {config.label}")
+
+        return certify_step(step, configs, args.replicates, args.seed, horizon=args.horizon,
+                            max_replicates=args.max_replicates, diagnosis_replicates=args.diagnosis_replicates,
+                            start_method=args.start_method, rank_timeout=args.rank_timeout,
+                            command=_command(args, step.name), progress=tick)
