@@ -261,3 +261,21 @@ def test_triton_prod_runs_inside_the_patches(interpret):
         kt.triton_prod(launch, compat=False)(x=x)
     assert kt.INTERPRETER_PATCHES is ti.PATCHES and set(ti.PATCHES) == {
         "loop_bounds", "loop_variable", "float_arguments", "libdevice", "autotune", "jit_before_interpret"}
+
+
+def test_counting_launches_names_the_kernels_a_call_launches(interpret, monkeypatch):
+    kernel = _interpreted(scale_by_float)
+    x = torch.randn(16)
+    y = torch.empty_like(x)
+    with ti.interpreter_compat(), ti.counting_launches() as launched:
+        kernel[(1,)](x, y, 1e-3, BLOCK=16)
+        kernel[(1,)](x, y, 1e-3, BLOCK=16)
+        torch.nn.functional.rms_norm(x, (16,))  # torch's own kernels are not Triton launches
+    assert launched == ["scale_by_float", "scale_by_float"]
+    with ti.interpreter_compat():  # the counter is undone on exit
+        kernel[(1,)](x, y, 1e-3, BLOCK=16)
+    assert len(launched) == 2
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with ti.counting_launches() as outside:  # outside the interpreter nothing is counted (nor patched)
+        pass
+    assert outside == []

@@ -46,7 +46,7 @@ def test_pass_exit_zero_and_json_schema(tmp_path, capsys):
     assert report["provenance"]["seed"] == 7
     assert report["provenance"]["command"].startswith("kcert certify")
     assert "--seed 7" in report["provenance"]["command"]
-    for key in ("torch", "numpy", "scipy", "kcert"):
+    for key in ("torch", "numpy", "scipy", "kcert", "triton", "transformers"):
         assert key in report["provenance"]["environment"]["versions"]
     assert "cpu" in report["provenance"]["environment"]
     assert "reproduce: kcert certify" in out

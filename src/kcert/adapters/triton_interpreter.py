@@ -371,6 +371,33 @@ def interpreter_requested() -> bool:
     return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 
 
+@contextlib.contextmanager
+def counting_launches() -> Iterator[list[str]]:
+    """Inside the block, the names of the Triton kernels launched in the interpreter, in launch order (an
+    empty list, always, outside the interpreter or without triton). A model's modules do not say whether
+    they launch Triton kernels; this finds out by running them."""
+    launched: list[str] = []
+    if not interpreter_requested():
+        yield launched
+        return
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        yield launched
+        return
+    original = interpreter.GridExecutor.__call__
+
+    def call(self, *args, **kwargs):
+        launched.append(getattr(self.fn, "__name__", "kernel"))
+        return original(self, *args, **kwargs)
+
+    interpreter.GridExecutor.__call__ = call
+    try:
+        yield launched
+    finally:
+        interpreter.GridExecutor.__call__ = original
+
+
 class InterpreterCompatWarning(UserWarning):
     """:func:`interpreter_compat` patches nothing: the installed triton is not the tested version."""
 

@@ -36,7 +36,9 @@ def describe_environment(device: torch.device) -> dict:
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "torch_threads": torch.get_num_threads(),
-        "versions": {"kcert": __version__, **{p: _version(p) for p in ("torch", "numpy", "scipy", "rich", "numba")}},
+        # triton and transformers: the numerics of the Triton kernels and Hugging Face modules certified
+        "versions": {"kcert": __version__, **{p: _version(p) for p in ("torch", "numpy", "scipy", "rich", "numba",
+                                                                      "triton", "transformers")}},
         "device": str(device),
         # which per-replicate reduction ran: the compiled kernels' sums are equal bit for bit, the
         # torch path's differ from theirs by float64 round-off
