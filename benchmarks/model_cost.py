@@ -137,13 +137,14 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3, help="repeats of the single-case run (median)")
     ap.add_argument("--no-share", action="store_true", help="each row records its module alone (no store)")
     ap.add_argument("--compare", action="store_true", help="run the model without the store, then with it")
+    ap.add_argument("--shared-first", action="store_true", help="with --compare: the store's run first")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     single = single_case(args.replicates, args.seed, args.repeats)
     print(f"single case {single['case']} at R={args.replicates}: median {single['median_s']:.1f} s "
           f"over {args.repeats} ({single['verdict']})", flush=True)
-    modes = [False, True] if args.compare else [not args.no_share]
+    modes = ([True, False] if args.shared_first else [False, True]) if args.compare else [not args.no_share]
     runs = {("shared" if share else "alone"): model_run(args.replicates, args.seed, share) for share in modes}
     load = os.getloadavg()
     out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__,
