@@ -101,7 +101,11 @@ class RecordingStore:
 
         def clone(t: torch.Tensor) -> torch.Tensor:
             # one clone per tensor as it is at this moment (q, k and v projections receive the same one)
-            ident = (t.data_ptr(), t.dtype, tuple(t.shape), t.stride(), t.device, t._version)
+            try:
+                version = t._version
+            except RuntimeError:  # an inference tensor keeps no version counter: cloned on its own
+                version = len(originals)
+            ident = (t.data_ptr(), t.dtype, tuple(t.shape), t.stride(), t.device, version)
             if ident not in originals:
                 originals[ident] = (t, t.clone())
             return originals[ident][1]
