@@ -185,17 +185,17 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         cert = certify(case, row_settings, progress=progress, on_event=on_event)
         rows.append(ModuleRow(module, kind, prod_kind, direction, order, cert, None, tuple(notes)))
 
-    built_all = []  # every module's cases first: the store needs every layout before the first row runs
+    built_all, copies = [], {}  # every module's cases first: the store needs every layout before the first row
     for module in plan:
         ref_mod, prod_mod = matching.ref[module], matching.prod[module]
         built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
-                                      backward, name))
+                                      backward, name, copies))
     store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all]) if SHARE_RECORDINGS and plan
              else contextlib.nullcontext())
     with store:
         for order, (module, built) in enumerate(zip(plan, built_all)):
             _module_rows(run, rows, module, order, built, matching, found, backward)
-    del built_all
+    del built_all, copies
     if end_to_end:
         case = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name)
         run(case, "", "end to end", len(plan), type(ref_model).__name__, type(prod_model).__name__, ())
