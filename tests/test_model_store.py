@@ -4,6 +4,7 @@ number), runs ref's model about once per replicate instead of once per row and r
 behind, and stays out of a checkpoint's fingerprint. A store that hands a row another draw's recording
 would be seen: the comparison fails when the key is broken."""
 
+import copy
 import tempfile
 
 import pytest
@@ -116,3 +117,26 @@ def test_inputs_digest_tells_draws_apart():
     assert store.inputs_digest(a) != store.inputs_digest({"input_ids": torch.arange(6).reshape(3, 2)})
     assert store.inputs_digest(a) != store.inputs_digest({"input_ids": torch.arange(6.0).reshape(2, 3)})
     assert store.inputs_digest(a) != store.inputs_digest({"ids": torch.arange(6).reshape(2, 3)})
+
+
+class _Sometimes(torch.nn.Module):
+    """Calls ``b`` only when the first input is positive: a draw where it is not reached."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.a(x)
+        return self.b(y) if x[0, 0] > 0 else y
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_a_module_a_draw_does_not_reach_fails_as_without_the_store(monkeypatch, share):
+    monkeypatch.setattr(engine, "SHARE_RECORDINGS", share)
+    torch.manual_seed(0)
+    ref = _Sometimes().eval()
+    prod = copy.deepcopy(ref)
+    with pytest.raises(kcert.KernelError, match="module 'b': the module was not called"):
+        kcert.certify_model(ref, prod, {"x": kcert.Gaussian((2, 8), shift=2.0)}, dtype=torch.float32,
+                            backward=False, end_to_end=False, replicates=64, peer_rules=False)
