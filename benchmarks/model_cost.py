@@ -6,12 +6,15 @@ backward on, on this machine's CPU, with the split of the wall time:
   (timed by wrapping the engine's recording function; part of the rows below);
 - forward rows, backward rows, the end-to-end row: the wall time of each row (from the engine's
   ``on_event("row")`` notices), summed per direction, and the median per row;
+- with the recording store (kcert.model.store: one forward of ref's whole model per draw of the inputs,
+  shared by every row) or without it (``--no-share``: each row records its module alone), or both, one after
+  the other in this process (``--compare``), with the ratio of the two;
 - beside it, in the same process, a plain ``kcert.certify`` of one module case at the same R (the HF
   RMSNorm case of kcert.adapters.hf, the model's own norm size) as the unit of scale: the model's time
   over it, and the median row over it.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_cost.py [--replicates 1024] \\
-        [--json benchmarks/data/model_cost.json]
+        [--no-share | --compare] [--json benchmarks/data/model_cost.json]
 """
 
 from __future__ import annotations
@@ -55,8 +58,10 @@ class RecordingTimer:
             setattr(module, attr, original)
 
 
-def model_run(replicates: int, seed: int) -> dict:
-    from kcert.model import cases as model_cases, record as model_record
+def model_run(replicates: int, seed: int, share: bool = True) -> dict:
+    from kcert.model import cases as model_cases, engine as model_engine, record as model_record, store
+
+    model_engine.SHARE_RECORDINGS = share
 
     p = model_zoo.pair("llama_eager_vs_sdpa")
     ref, prod = model_zoo.models(p, seed)
@@ -72,12 +77,17 @@ def model_run(replicates: int, seed: int) -> dict:
     for mod in (model_record, model_cases):  # cases imports the function by name
         if hasattr(mod, "record"):
             timer.wrap(mod, "record")
+    timer.wrap(store.RecordingStore, "leaves")  # the shared forwards and the loads of their files
+    root_forwards = [0]
+    handle = ref.register_forward_pre_hook(lambda *a: root_forwards.__setitem__(0, root_forwards[0] + 1))
     start = time.perf_counter()
     try:
         cert = kcert.certify_model(ref, prod, model_zoo.inputs(p.arch), loss=model_zoo.lm_loss, backward=True,
                                    name=p.name, replicates=replicates, seed=seed, on_event=on_event)
     finally:
         timer.restore()
+        handle.remove()
+        model_engine.SHARE_RECORDINGS = True
     end = time.perf_counter()
     per_row = []
     for i, (t0, module, direction) in enumerate(starts):
@@ -85,12 +95,24 @@ def model_run(replicates: int, seed: int) -> dict:
         per_row.append({"module": module, "direction": direction, "seconds": t1 - t0})
     by_dir = {d: sum(r["seconds"] for r in per_row if r["direction"] == d) for d in ("forward", "backward", "end to end")}
     modules = sorted({r.module for r in cert.rows if r.direction == "forward"})
-    return {"pair": p.name, "wall_s": end - start, "selected_modules": len(modules), "rows": len(cert.rows),
+    return {"pair": p.name, "share_recordings": share, "ref_forwards": root_forwards[0], "wall_s": end - start, "selected_modules": len(modules), "rows": len(cert.rows),
             "verdict": cert.verdict.value, "recording_s": timer.seconds, "recording_calls": timer.calls,
             "by_direction_s": by_dir, "per_row": per_row,
             "median_row_s": {d: statistics.median([r["seconds"] for r in per_row if r["direction"] == d] or [0.0])
                              for d in ("forward", "backward")},
-            "replicates_run": [r.certificate.provenance.replicates for r in cert.rows if r.certificate is not None]}
+            "replicates_run": [r.certificate.provenance.replicates for r in cert.rows if r.certificate is not None],
+            "rows_json": _rows_without_times(cert)}
+
+
+def _rows_without_times(cert) -> list:
+    """The rows' JSON less what depends on the clock (to check that both modes give the same rows)."""
+    from kcert.model import report
+
+    def strip(d):
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k not in ("timings", "date") and "time" not in k}
+        return [strip(v) for v in d] if isinstance(d, list) else d
+    return strip(report.to_json(cert)["rows"])
 
 
 def single_case(replicates: int, seed: int, repeats: int) -> dict:
@@ -113,30 +135,42 @@ def main(argv=None) -> None:
     ap.add_argument("--replicates", "-R", type=int, default=kcert.Settings().replicates)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3, help="repeats of the single-case run (median)")
+    ap.add_argument("--no-share", action="store_true", help="each row records its module alone (no store)")
+    ap.add_argument("--compare", action="store_true", help="run the model without the store, then with it")
+    ap.add_argument("--shared-first", action="store_true", help="with --compare: the store's run first")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     single = single_case(args.replicates, args.seed, args.repeats)
     print(f"single case {single['case']} at R={args.replicates}: median {single['median_s']:.1f} s "
           f"over {args.repeats} ({single['verdict']})", flush=True)
-    model = model_run(args.replicates, args.seed)
+    modes = ([True, False] if args.shared_first else [False, True]) if args.compare else [not args.no_share]
+    runs = {("shared" if share else "alone"): model_run(args.replicates, args.seed, share) for share in modes}
     load = os.getloadavg()
     out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__,
            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-           "threads": torch.get_num_threads(), "load_average": load, "model": model, "single": single}
-    m, s = model, single
-    fwd, bwd = m["by_direction_s"]["forward"], m["by_direction_s"]["backward"]
-    print(f"\nLlama 2 layers hidden 256, {m['selected_modules']} selected modules, {m['rows']} rows, R={args.replicates}:"
-          f" {m['wall_s'] / 60:.1f} min ({m['verdict']}); target (R=1024) <= 10 min: "
-          + (("met" if m["wall_s"] <= 600 else "MISSED") if args.replicates == 1024 else "not this R"))
-    print(f"  forward rows {fwd:.0f} s, backward rows {bwd:.0f} s, end to end {m['by_direction_s']['end to end']:.0f} s; "
-          f"recording (inside the rows) {m['recording_s']:.0f} s over {m['recording_calls']} calls "
-          f"({m['recording_s'] / max(m['wall_s'], 1e-9):.0%} of the total)")
-    print(f"  median row: forward {m['median_row_s']['forward']:.1f} s, backward {m['median_row_s']['backward']:.1f} s;"
-          f" one module case alone (kcert.certify) {s['median_s']:.1f} s")
-    print(f"  ratios: model / one case {m['wall_s'] / s['median_s']:.1f}x; median forward row / one case "
-          f"{m['median_row_s']['forward'] / s['median_s']:.2f}x; median backward row / one case "
-          f"{m['median_row_s']['backward'] / s['median_s']:.2f}x; load average {load[0]:.1f}")
+           "threads": torch.get_num_threads(), "load_average": load, "model": runs, "single": single}
+    s = single
+    for label, m in runs.items():
+        fwd, bwd = m["by_direction_s"]["forward"], m["by_direction_s"]["backward"]
+        print(f"\nLlama 2 layers hidden 256, {m['selected_modules']} selected modules, {m['rows']} rows, "
+              f"R={args.replicates}, recordings {label}: {m['wall_s'] / 60:.1f} min ({m['verdict']}); target (R=1024) "
+              "<= 10 min: " + (("met" if m["wall_s"] <= 600 else "MISSED") if args.replicates == 1024 else "not this R"))
+        print(f"  forward rows {fwd:.0f} s, backward rows {bwd:.0f} s, end to end {m['by_direction_s']['end to end']:.0f} s; "
+              f"recording (inside the rows) {m['recording_s']:.0f} s over {m['recording_calls']} calls "
+              f"({m['recording_s'] / max(m['wall_s'], 1e-9):.0%} of the total); ref's model ran {m['ref_forwards']} times")
+        print(f"  median row: forward {m['median_row_s']['forward']:.1f} s, backward {m['median_row_s']['backward']:.1f} s;"
+              f" one module case alone (kcert.certify) {s['median_s']:.1f} s")
+        print(f"  ratios: model / one case {m['wall_s'] / s['median_s']:.1f}x; median forward row / one case "
+              f"{m['median_row_s']['forward'] / s['median_s']:.2f}x; median backward row / one case "
+              f"{m['median_row_s']['backward'] / s['median_s']:.2f}x; load average {load[0]:.1f}")
+    if args.compare:
+        a, b = runs["alone"], runs["shared"]
+        print(f"\nshared / alone: wall {b['wall_s'] / a['wall_s']:.2f}x, recording {b['recording_s'] / a['recording_s']:.2f}x, "
+              f"ref forwards {b['ref_forwards']} vs {a['ref_forwards']}; rows identical (JSON less times): "
+              f"{a['rows_json'] == b['rows_json']}")
+    for m in runs.values():
+        m.pop("rows_json")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1))

@@ -116,9 +116,11 @@ def _shared_params(ref_mod: nn.Module, prod_mod: nn.Module) -> tuple[dict, str |
 
 def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: nn.Module,
                  inputs: Mapping[str, Probe], extra: Mapping, dtype: torch.dtype, seed: int, backward: bool,
-                 case_name: str) -> ModuleCases:
+                 case_name: str, copies: dict[int, torch.Tensor] | None = None) -> ModuleCases:
     """The forward and backward cases of module ``name`` (either None with the reason when it cannot be
-    certified: no floating output in both models, nothing to differentiate)."""
+    certified: no floating output in both models, nothing to differentiate). ``copies`` (id of a parameter ->
+    its copy) shares the weights' copies between the cases of one run, all built before its rows: one copy
+    per parameter, not one per selected module that contains it."""
     where = f"module {name!r}"
     cpu = torch.device("cpu")
     g = seeding.generator(seed, seeding.INPUTS, 0)
@@ -129,7 +131,11 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
     del grad_recorded
     values = layout.flatten(recorded, where)
     params, param_note = _shared_params(ref_mod, prod_mod)
-    param_values = {p: v.detach().clone() for p, v in params.items()}
+    copies = {} if copies is None else copies
+    for v in params.values():
+        if id(v) not in copies:  # the parameters live in ref's model all run long: their ids are not reused
+            copies[id(v)] = v.detach().clone()
+    param_values = {p: copies[id(v)] for p, v in params.items()}
     weights = {param_key(p): Fixed(v) for p, v in param_values.items()}
     notes = [param_note] if param_note else []
 

@@ -3,6 +3,7 @@ inputs, forward and backward, and the model's own outputs end to end (docs/model
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import time
@@ -22,12 +23,18 @@ from .cases import end_to_end_case, module_cases
 from .record import draw_model_inputs
 from .results import ModelCertificate, ModuleRow
 from .select import Modules, match, never_ran, select, trace
+from .store import RecordingStore
 
 
 # The algebra gate's symbolic proof is off by default for model rows: a module closes over its sizes (head
 # counts, hidden size), so the proof is not reached, and trying it cost 135 s of a 2-layer Llama decoder
 # layer's backward row (hidden 256, R = 64) against 5 s for the identity test. algebra_proof=True turns it on.
 PROOF = False
+
+# One recording forward of ref's model per draw of the model inputs, shared by every module row through a
+# disk-backed store (kcert.model.store); False: each row records its module alone, as before (benchmarks and
+# tests compare the two; the rows are the same).
+SHARE_RECORDINGS = True
 
 
 def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
@@ -178,25 +185,17 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         cert = certify(case, row_settings, progress=progress, on_event=on_event)
         rows.append(ModuleRow(module, kind, prod_kind, direction, order, cert, None, tuple(notes)))
 
-    for order, module in enumerate(plan):
+    built_all, copies = [], {}  # every module's cases first: the store needs every layout before the first row
+    for module in plan:
         ref_mod, prod_mod = matching.ref[module], matching.prod[module]
-        kind, prod_kind = type(ref_mod).__name__, type(prod_mod).__name__
-        built = module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed, backward,
-                             name)
-        if found.calls.get(module, 0) > 1:
-            notes = built.notes + (f"called {found.calls[module]} times per forward: certified on its first call",)
-        else:
-            notes = built.notes
-        if built.forward is None:
-            rows.append(ModuleRow(module, kind, prod_kind, "forward", order, None, built.forward_skipped, notes))
-        else:
-            run(built.forward, module, "forward", order, kind, prod_kind, notes)
-        if backward:
-            if built.backward is None:
-                rows.append(ModuleRow(module, kind, prod_kind, "backward", order, None, built.backward_skipped,
-                                      notes))
-            else:
-                run(built.backward, module, "backward", order, kind, prod_kind, notes)
+        built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
+                                      backward, name, copies))
+    store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all]) if SHARE_RECORDINGS and plan
+             else contextlib.nullcontext())
+    with store:
+        for order, (module, built) in enumerate(zip(plan, built_all)):
+            _module_rows(run, rows, module, order, built, matching, found, backward)
+    del built_all, copies
     if end_to_end:
         case = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name)
         run(case, "", "end to end", len(plan), type(ref_model).__name__, type(prod_model).__name__, ())
@@ -205,6 +204,24 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                   "command": settings.command, "selected": len(chosen), "modules_ref": len(matching.ref),
                   "modules_prod": len(matching.prod)}
     return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance)
+
+
+def _module_rows(run, rows, module, order, built, matching, found, backward) -> None:
+    ref_mod, prod_mod = matching.ref[module], matching.prod[module]
+    kind, prod_kind = type(ref_mod).__name__, type(prod_mod).__name__
+    if found.calls.get(module, 0) > 1:
+        notes = built.notes + (f"called {found.calls[module]} times per forward: certified on its first call",)
+    else:
+        notes = built.notes
+    if built.forward is None:
+        rows.append(ModuleRow(module, kind, prod_kind, "forward", order, None, built.forward_skipped, notes))
+    else:
+        run(built.forward, module, "forward", order, kind, prod_kind, notes)
+    if backward:
+        if built.backward is None:
+            rows.append(ModuleRow(module, kind, prod_kind, "backward", order, None, built.backward_skipped, notes))
+        else:
+            run(built.backward, module, "backward", order, kind, prod_kind, notes)
 
 
 def _few(names: list[str], limit: int = 8) -> str:

@@ -24,6 +24,10 @@ from ..errors import CaseError, KernelError
 
 RECORDING = "model_inputs"  # the name of the probe that runs the recording forward
 
+# The recording store of the running certify_model (kcert.model.store), if any. Held here, outside the
+# recorders, so that a case's fingerprint (which follows the probes' attributes) does not depend on it.
+SHARED: list = []
+
 
 class _Stop(Exception):
     """Raised by the pre-hook once the module's inputs are recorded: the rest of the forward is not needed."""
@@ -202,8 +206,11 @@ class Recorder:
 
     def __call__(self, generator, device):
         kwargs = draw_model_inputs(self.inputs, generator, device, self.dtype)
-        recorded = record(self.ref_model, self.module, kwargs, self.where, self.extra)
-        self.slot.put(self.layout.flatten(recorded, self.where))
+        values = SHARED[-1].leaves(self, kwargs) if SHARED else None
+        if values is None:  # no store, or one that does not hold this module: its own recording forward
+            values = self.layout.flatten(record(self.ref_model, self.module, kwargs, self.where, self.extra),
+                                         self.where)
+        self.slot.put(values)
         return torch.zeros((), dtype=torch.int64, device=device)  # a token: the kernels ignore it
 
 

@@ -1,0 +1,142 @@
+"""The recording store of ``kcert.certify_model`` (kcert.model.store): one forward of ref's model per draw
+of the inputs, shared by every row, gives the rows of a run without it (every verdict, effect, U and JSON
+number), runs ref's model about once per replicate instead of once per row and replicate, leaves no file
+behind, and stays out of a checkpoint's fingerprint. A store that hands a row another draw's recording
+would be seen: the comparison fails when the key is broken."""
+
+import copy
+import tempfile
+
+import pytest
+import torch
+
+import kcert
+from kcert.model import engine, report, store
+from model_fixtures import SEQ, VOCAB, EpsOutside, FusedGain, swapped, tiny
+
+INPUTS = {"input_ids": kcert.Integers((2, SEQ), 0, VOCAB)}
+MODULES = kcert.Modules(names=("layers.0.norm1", "layers.0.attn", "layers.0.attn.qkv", "layers.1.mlp"))
+FAST = dict(modules=MODULES, end_to_end=False, replicates=8, peer_rules=False)
+
+
+def _without_times(d):
+    if isinstance(d, dict):
+        return {k: _without_times(v) for k, v in d.items() if k not in ("timings", "date") and "time" not in k}
+    return [_without_times(v) for v in d] if isinstance(d, list) else d
+
+
+def _run(share, monkeypatch, tmp_path, **options):
+    """The rows' JSON (less times), ref's forwards while the rows ran, and the store's folders seen then."""
+    monkeypatch.setattr(engine, "SHARE_RECORDINGS", share)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", EpsOutside)
+    forwards, seen = [0, 0], set()
+
+    def on_event(kind, detail):
+        if kind == "row":
+            forwards[1] = 1  # count from the first row on (building the cases records too)
+            seen.update(p.name for p in tmp_path.iterdir())
+
+    def count(*_):
+        forwards[0] += forwards[1]
+
+    handle = ref.register_forward_pre_hook(count)
+    try:
+        cert = kcert.certify_model(ref, prod, INPUTS, on_event=on_event, **{**FAST, **options})
+    finally:
+        handle.remove()
+    return _without_times(report.to_json(cert)), forwards[0], seen, cert
+
+
+def test_shared_recordings_give_the_same_rows_with_one_forward_per_draw(monkeypatch, tmp_path):
+    alone, forwards_alone, seen_alone, _ = _run(False, monkeypatch, tmp_path)
+    shared, forwards_shared, seen, cert = _run(True, monkeypatch, tmp_path)
+    assert shared["rows"] == alone["rows"]
+    assert [r["verdict"] for r in shared["rows"]].count("FAIL") >= 1  # the defect is seen either way
+    rows = [r for r in cert.rows if r.certificate is not None]
+    draws = max(r.certificate.provenance.replicates for r in rows)
+    assert len(rows) >= 6
+    # alone: every row records every replicate; shared: once per distinct draw (replicates, the algebra
+    # gate's points), whatever the number of rows
+    assert forwards_alone >= len(rows) * 8
+    assert draws <= forwards_shared <= forwards_alone / 4
+    assert not seen_alone and len(seen) == 1 and next(iter(seen)).startswith("kcert-recordings-")
+    assert list(tmp_path.iterdir()) == []  # the store's folder is removed when certify_model returns
+
+
+def test_a_wrongly_keyed_store_is_seen(monkeypatch, tmp_path):
+    # the evidence above could fail: a store that hands back one draw's recording for every replicate
+    # gives other rows
+    alone = _run(False, monkeypatch, tmp_path)[0]
+    monkeypatch.setattr(store, "inputs_digest", lambda kwargs: "one key for every draw")
+    broken = _run(True, monkeypatch, tmp_path)[0]
+    assert broken["rows"] != alone["rows"]
+
+
+def test_a_full_store_records_each_module_alone(monkeypatch, tmp_path):
+    monkeypatch.setattr(store, "MAX_BYTES", 0)  # no file: every row records its module as without the store
+    alone, forwards_alone = _run(False, monkeypatch, tmp_path)[:2]
+    full, forwards_full, _, _ = _run(True, monkeypatch, tmp_path)
+    assert full["rows"] == alone["rows"]
+    assert forwards_full >= forwards_alone
+
+
+def test_the_store_is_removed_when_a_row_raises(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", EpsOutside)
+
+    def stop(kind, detail):
+        if kind == "row" and detail["index"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        kcert.certify_model(ref, prod, INPUTS, on_event=stop, **FAST)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("first, then", [(True, False), (False, True)])
+def test_a_checkpoint_made_with_the_store_resumes_without_it(monkeypatch, tmp_path, first, then):
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", FusedGain)
+    options = dict(modules=kcert.Modules(names=("layers.0.norm1", "layers.0.attn")), end_to_end=False,
+                   replicates=16, peer_rules=False, checkpoint=tmp_path / "run.npz")
+    monkeypatch.setattr(engine, "SHARE_RECORDINGS", first)
+    before = kcert.certify_model(ref, prod, INPUTS, **options)
+    monkeypatch.setattr(engine, "SHARE_RECORDINGS", then)
+    again = kcert.certify_model(ref, prod, INPUTS, resume=True, **options)
+    assert [r.direction for r in again.rows] == ["forward", "backward", "forward", "backward"]
+    assert all(r.certificate.provenance.resumed for r in again.rows)
+    assert [r.verdict for r in again.rows] == [r.verdict for r in before.rows]
+
+
+def test_inputs_digest_tells_draws_apart():
+    a = {"input_ids": torch.arange(6).reshape(2, 3)}
+    assert store.inputs_digest(a) == store.inputs_digest({"input_ids": torch.arange(6).reshape(2, 3)})
+    assert store.inputs_digest(a) != store.inputs_digest({"input_ids": torch.arange(6).reshape(3, 2)})
+    assert store.inputs_digest(a) != store.inputs_digest({"input_ids": torch.arange(6.0).reshape(2, 3)})
+    assert store.inputs_digest(a) != store.inputs_digest({"ids": torch.arange(6).reshape(2, 3)})
+
+
+class _Sometimes(torch.nn.Module):
+    """Calls ``b`` only when the first input is positive: a draw where it is not reached."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.a(x)
+        return self.b(y) if x[0, 0] > 0 else y
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_a_module_a_draw_does_not_reach_fails_as_without_the_store(monkeypatch, share):
+    monkeypatch.setattr(engine, "SHARE_RECORDINGS", share)
+    torch.manual_seed(0)
+    ref = _Sometimes().eval()
+    prod = copy.deepcopy(ref)
+    with pytest.raises(kcert.KernelError, match="module 'b': the module was not called"):
+        kcert.certify_model(ref, prod, {"x": kcert.Gaussian((2, 8), shift=2.0)}, dtype=torch.float32,
+                            backward=False, end_to_end=False, replicates=64, peer_rules=False)
