@@ -159,3 +159,19 @@ def test_a_compiled_submodule_is_matched_and_called_compiled():
     row = cert.row("layers.0.norm1")
     assert row.prod_kind == "OptimizedModule"
     assert row.verdict is Verdict.FAIL  # the compiled defect, called through its wrapper with ref's parameters
+
+
+def test_a_model_compiled_as_a_whole_is_matched_and_says_its_module_rows_run_eagerly():
+    ref = tiny()
+    prod = torch.compile(swapped(ref, "layers.0.norm1", EpsOutside), backend="eager")
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("layers.0.norm1",)), backward=False,
+                               **FAST)
+    assert not cert.unmatched
+    assert cert.first_failure.module == "layers.0.norm1"  # the defect is in the module's Python: seen eagerly too
+    assert cert.provenance["prod_compiled_whole"] is True
+    end = next(r for r in cert.rows if r.direction == "end to end")
+    assert any("compiled as a whole" in n or "compile'd as a whole" in n for n in end.notes)
+    plain = kcert.certify_model(ref, swapped(ref, "layers.0.norm1", EpsOutside), INPUTS,
+                                modules=kcert.Modules(names=("layers.0.norm1",)), backward=False, **FAST)
+    assert "prod_compiled_whole" not in plain.provenance
+    assert not next(r for r in plain.rows if r.direction == "end to end").notes

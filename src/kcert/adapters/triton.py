@@ -48,7 +48,8 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 __all__ = [
     "INTERPRETER_DTYPES", "INTERPRETER_PATCHES", "TritonKernel", "TritonPrecisionError", "TritonUnavailable",
-    "check_precision", "execution_mode", "interpreter_compat", "interpreter_requested", "triton_case", "triton_prod",
+    "check_precision", "execution_mode", "interpreter_compat", "interpreter_requested", "refusal", "triton_case",
+    "triton_prod",
 ]
 
 
@@ -59,7 +60,8 @@ def execution_mode() -> str:
     return "cuda" if torch.cuda.is_available() else "unavailable"
 
 
-def _refusal(what: str, dtype: torch.dtype) -> str:
+def refusal(what: str, dtype: torch.dtype) -> str:
+    """Why ``what`` (in ``dtype``) cannot run in the interpreter, and what to do instead."""
     name = str(dtype).removeprefix("torch.")
     return (
         f"{what} is {name}, but Triton kernels here run in the CPU interpreter (TRITON_INTERPRET=1), which "
@@ -81,7 +83,7 @@ def check_precision(dtype: torch.dtype, *, where: str = "triton") -> str:
             "GPU, or set TRITON_INTERPRET=1 before triton is imported to use the CPU interpreter (float32 only)"
         )
     if mode == "interpreter" and dtype in LOW_PRECISION:
-        raise TritonPrecisionError(f"{where}: {_refusal('the case dtype', dtype)}")
+        raise TritonPrecisionError(f"{where}: {refusal('the case dtype', dtype)}")
     return mode
 
 
@@ -99,7 +101,7 @@ class TritonKernel:
         if execution_mode() == "interpreter":
             for key, value in kwargs.items():
                 if isinstance(value, torch.Tensor) and value.dtype in LOW_PRECISION:
-                    raise TritonPrecisionError(f"{self.name}: {_refusal(f'argument {key!r}', value.dtype)}")
+                    raise TritonPrecisionError(f"{self.name}: {refusal(f'argument {key!r}', value.dtype)}")
         with interpreter_compat() if self.compat else contextlib.nullcontext():
             return self.fn(**kwargs)
 

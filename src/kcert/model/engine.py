@@ -20,11 +20,16 @@ from ..errors import CaseError, KcertError
 from ..execution import seeding
 from ..settings import Settings
 from .cases import end_to_end_case, module_cases
+from .interpreter import interpreter_compat, triton_launches
 from .record import draw_model_inputs
 from .results import ModelCertificate, ModuleRow
-from .select import Modules, match, never_ran, select, trace
+from .select import COMPILED, Modules, match, never_ran, select, trace
 from .store import RecordingStore
 
+
+WHOLE_COMPILE = ("prod_model is torch.compile'd as a whole: this row runs its compiled graph, the module rows run "
+                 "prod's modules eagerly (compile the modules themselves to certify them compiled: docs/model.md, "
+                 "Matching)")
 
 # The algebra gate's symbolic proof is off by default for model rows: a module closes over its sizes (head
 # counts, hidden size), so the proof is not reached, and trying it cost 135 s of a 2-layer Llama decoder
@@ -160,7 +165,8 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     kwargs = draw_model_inputs(inputs, seeding.generator(settings.seed, seeding.INPUTS, 0), torch.device("cpu"),
                                dtype)
     try:
-        found = trace(ref_model, matching.ref, {**kwargs, **extra})
+        with interpreter_compat():
+            found = trace(ref_model, matching.ref, {**kwargs, **extra})
     except Exception as exc:
         raise KcertError(f"certify_model({name!r}): ref_model raised {type(exc).__name__} on the drawn inputs: "
                          f"{exc}") from exc
@@ -185,24 +191,32 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         cert = certify(case, row_settings, progress=progress, on_event=on_event)
         rows.append(ModuleRow(module, kind, prod_kind, direction, order, cert, None, tuple(notes)))
 
-    built_all, copies = [], {}  # every module's cases first: the store needs every layout before the first row
-    for module in plan:
-        ref_mod, prod_mod = matching.ref[module], matching.prod[module]
-        built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
-                                      backward, name, copies))
-    store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all]) if SHARE_RECORDINGS and plan
-             else contextlib.nullcontext())
-    with store:
-        for order, (module, built) in enumerate(zip(plan, built_all)):
-            _module_rows(run, rows, module, order, built, matching, found, backward)
-    del built_all, copies
-    if end_to_end:
-        case = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name)
-        run(case, "", "end to end", len(plan), type(ref_model).__name__, type(prod_model).__name__, ())
+    launched = triton_launches(prod_model, kwargs, extra, dtype, name)
+    compiled_whole = isinstance(getattr(prod_model, COMPILED, None), nn.Module)
+    with interpreter_compat():  # Triton kernels inside the models, on a CPU (model/interpreter.py); no-op elsewhere
+        built_all, copies = [], {}  # every module's cases first: the store needs every layout before the first row
+        for module in plan:
+            ref_mod, prod_mod = matching.ref[module], matching.prod[module]
+            built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
+                                          backward, name, copies))
+        store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all]) if SHARE_RECORDINGS and plan
+                 else contextlib.nullcontext())
+        with store:
+            for order, (module, built) in enumerate(zip(plan, built_all)):
+                _module_rows(run, rows, module, order, built, matching, found, backward)
+        del built_all, copies
+        if end_to_end:
+            case = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name)
+            run(case, "", "end to end", len(plan), type(ref_model).__name__, type(prod_model).__name__,
+                (WHOLE_COMPILE,) if compiled_whole else ())
     provenance = {"seed": settings.seed, "replicates": settings.replicates, "dtype": str(dtype).removeprefix("torch."),
                   "inputs": {k: p.describe() for k, p in inputs.items()}, "wall_time_s": time.perf_counter() - start,
                   "command": settings.command, "selected": len(chosen), "modules_ref": len(matching.ref),
                   "modules_prod": len(matching.prod)}
+    if launched:
+        provenance["triton_interpreter"] = launched
+    if compiled_whole:
+        provenance["prod_compiled_whole"] = True
     return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance)
 
 

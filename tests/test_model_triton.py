@@ -1,0 +1,84 @@
+"""``kcert.certify_model`` on a model with a Triton kernel inside, in the CPU interpreter (docs/model.md,
+"Triton kernels inside a model"): the rows run inside ``interpreter_compat`` (the kernel pins its float
+argument with ``eps.to(tl.float32)``, which the interpreter as shipped refuses), the certificate names the
+kernels prod launches, and a bfloat16 pair whose prod launches one is refused before any row."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import kcert
+from kcert.errors import TritonPrecisionError
+
+triton = pytest.importorskip("triton", reason="needs triton (pip install 'kcert[opaque]')")
+tl = pytest.importorskip("triton.language")
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
+
+def scale_rows(x_ptr, y_ptr, eps, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.0)
+    eps = eps.to(tl.float32)  # as Liger's kernels pin scalar arguments
+    tl.store(y_ptr + row * n_cols + offs, x * (1.0 + eps), mask=mask)
+
+
+class Scale(nn.Module):
+    def __init__(self, eps=1e-3):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        return x * (1.0 + self.eps)
+
+
+class TritonScale(Scale):
+    kernel = None
+
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.shape[-1]
+        self.kernel[(x.numel() // n,)](x, y, self.eps, n, BLOCK=triton.next_power_of_2(n))
+        return y
+
+
+@pytest.fixture
+def pair(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(TritonScale, "kernel", triton.jit(scale_rows))
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(16, 16), Scale()).eval()
+    prod = copy.deepcopy(ref)
+    prod[1] = TritonScale()
+    return ref, prod
+
+
+def test_a_triton_module_runs_in_the_interpreter_and_is_named(pair):
+    ref, prod = pair
+    cert = kcert.certify_model(ref, prod, {"input": kcert.Gaussian((4, 16))}, dtype=torch.float32, backward=False,
+                               replicates=16, max_replicates=16, peer_rules=False)
+    assert cert.provenance["triton_interpreter"] == ["scale_rows"]
+    row = next(r for r in cert.rows if r.module == "1")
+    assert row.certificate is not None and row.prod_kind == "TritonScale"
+    assert row.verdict is not kcert.Verdict.FAIL  # x * (1 + eps) in float32 either way
+
+
+def test_a_low_precision_pair_with_a_triton_kernel_is_refused(pair):
+    ref, prod = pair
+    with pytest.raises(TritonPrecisionError, match=r"launches Triton kernels \(scale_rows\).*bfloat16"):
+        kcert.certify_model(ref.bfloat16(), prod.bfloat16(), {"input": kcert.Gaussian((4, 16))},
+                            dtype=torch.bfloat16, backward=False, replicates=16, peer_rules=False)
+
+
+def test_without_triton_kernels_the_interpreter_changes_nothing(pair):
+    ref, _ = pair
+    prod = copy.deepcopy(ref)
+    cert = kcert.certify_model(ref.bfloat16(), prod.bfloat16(), {"input": kcert.Gaussian((4, 16))},
+                               dtype=torch.bfloat16, backward=False, end_to_end=False, replicates=16,
+                               max_replicates=16, peer_rules=False)
+    assert "triton_interpreter" not in cert.provenance
