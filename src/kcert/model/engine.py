@@ -136,6 +136,11 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         A model that is not a module, inputs that are not probes, a selection that matches no module.
     kcert.KernelError
         ref_model does not run on the inputs, or a module raises on the recorded inputs.
+    kcert.errors.TritonPrecisionError
+        In Triton's CPU interpreter (``TRITON_INTERPRET=1``), a bfloat16 or float16 pair whose prod launches
+        a Triton kernel (the interpreter computes low precision wrongly: certify float32 copies there). Every
+        row runs inside ``kcert.adapters.triton.interpreter_compat``; the kernels prod launches are named in
+        the certificate's provenance (``triton_interpreter``).
 
     Examples
     --------
