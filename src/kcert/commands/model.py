@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
+from . import EXIT_ERROR, EXIT_PASS
 from .options import add_run_options, check_run_options, run_flags, settings_values
 from .output import STDOUT, Streams, first_output_problem
 
@@ -98,8 +98,7 @@ def run(args) -> int:
     from ..model import load_pairs
     from ..model import report
     from ..stats.thresholds import BiasThresholds
-    from ..verdict import Verdict
-    from .session import CommandRun
+    from .session import CommandRun, exit_code
 
     try:
         pairs = load_pairs(args.modelfile, args.case)
@@ -112,30 +111,24 @@ def run(args) -> int:
     session = CommandRun(args, streams)
     saved = (f"; finished rows and this one's state are saved beside {args.checkpoint}: continue with --resume"
              if args.checkpoint else "; nothing is saved (give --checkpoint PATH)")
-    outcomes = []
-    for pair in pairs:
-        def ran_out(exc, pair=pair) -> str:
-            return f"--max-time reached in a row of pair {pair.name!r} after {exc.done} replicates"
 
-        cert, stop = session.attempt(pair.name, lambda pair=pair: _certify(args, streams, pair, len(pairs), thresholds),
-                                     f" in pair {pair.name!r}", lambda: saved, ran_out)
-        if stop is not None:
-            streams.note(stop.message)
-            return stop.code
-        outcomes.append(cert)
-        if isinstance(cert, str):  # the error, printed: the other pairs still run
-            continue
+    def render(cert) -> None:
         if not args.quiet:
             report.render(cert, streams.out)
         else:
             streams.out.print(report.headline(cert), highlight=False, markup=False, soft_wrap=True)
-    certs = [c for c in outcomes if not isinstance(c, str)]
+
+    outcomes, stop = session.each(
+        pairs, lambda pair: _certify(args, streams, pair, len(pairs), thresholds), lambda pair: f" in pair {pair.name!r}",
+        lambda: saved, render,
+        lambda pair, exc: f"--max-time reached in a row of pair {pair.name!r} after {exc.done} replicates")
+    if stop is not None:
+        streams.note(stop.message)
+        return stop.code
+    certs = [c for _, c in outcomes if not isinstance(c, str)]
     written = not certs or session.write((("json", None, lambda: report.dumps(certs) + "\n"),
                                           ("html", None, lambda: report.render_html(certs))))
-    if not written or len(certs) < len(outcomes):
-        return EXIT_ERROR
-    worst = Verdict.worst([c.verdict for c in certs])
-    return {Verdict.PASS: EXIT_PASS, Verdict.FAIL: EXIT_FAIL}.get(worst, EXIT_REVIEW)
+    return exit_code(outcomes, written)[0]
 
 
 def _certify(args, streams, pair, n_pairs: int, thresholds):

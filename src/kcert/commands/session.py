@@ -106,6 +106,21 @@ class CommandRun:
             self.error(error)
             return str(error), None
 
+    def each(self, items, work, where, saved, render, ran_out=None) -> tuple[list, Stop | None]:
+        """:meth:`attempt` ``work(item)`` for each item in turn (``where(item)`` and ``ran_out(item, exc)`` word
+        its stops), ``render`` each result; an error is printed and the other items still run. Returns
+        (item name, result or error text) per item that ended, and the stop that ended the run early."""
+        outcomes: list = []
+        for item in items:
+            out, stop = self.attempt(item.name, lambda item=item: work(item), where(item), saved,
+                                     None if ran_out is None else (lambda exc, item=item: ran_out(item, exc)))
+            if stop is not None:
+                return outcomes, stop
+            outcomes.append((item.name, out))
+            if not isinstance(out, str):
+                render(out)
+        return outcomes, None
+
     # -- the end -------------------------------------------------------------------------------------
     def write(self, reports) -> bool:
         """Write each report asked for: (option name, label, text()) with ``label`` the note naming the file

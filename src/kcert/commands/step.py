@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import DEFAULT_HORIZON, EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_REVIEW
+from . import DEFAULT_HORIZON, EXIT_ERROR
 from .options import add_option, check_threads, integer
 from .runtime import DEFAULT_THREADS, set_threads
 from .output import STDOUT, Streams, first_output_problem
@@ -77,8 +77,7 @@ def run(args) -> int:
     from ..errors import KcertError
     from ..report import step as render
     from ..step.files import load_steps, parse_config
-    from ..verdict import Verdict
-    from .session import CommandRun
+    from .session import CommandRun, exit_code
 
     try:
         steps = load_steps(args.stepfile, args.step)
@@ -87,25 +86,18 @@ def run(args) -> int:
         streams.error(exc)
         return EXIT_ERROR
     session = CommandRun(args, streams)
-    outcomes = []
-    for step in steps:
-        result, stop = session.attempt(step.name, lambda step=step: _certify(args, streams, step, configs),
-                                       f" in step {step.name!r}", lambda: "")
-        if stop is not None:
-            streams.note(stop.message)
-            return stop.code
-        outcomes.append(result)
-        if not isinstance(result, str):  # an error is printed; the other steps still run
-            render.render(result, streams.out)
-    results = [r for r in outcomes if not isinstance(r, str)]
+    outcomes, stop = session.each(steps, lambda step: _certify(args, streams, step, configs),
+                                  lambda step: f" in step {step.name!r}", lambda: "",
+                                  lambda result: render.render(result, streams.out))
+    if stop is not None:
+        streams.note(stop.message)
+        return stop.code
+    results = [r for _, r in outcomes if not isinstance(r, str)]
     written = not results or session.write((
         ("json", None, lambda: (render.dumps(results[0]) if len(results) == 1 else
                                 "[" + ",\n".join(render.dumps(r) for r in results) + "]") + "\n"),
         ("html", None, lambda: "\n".join(render.render_html(r) for r in results))))
-    if not written or len(results) < len(outcomes):
-        return EXIT_ERROR
-    worst = Verdict.worst([r.verdict for r in results])
-    return {Verdict.PASS: EXIT_PASS, Verdict.FAIL: EXIT_FAIL}.get(worst, EXIT_REVIEW)
+    return exit_code(outcomes, written)[0]
 
 
 def _certify(args, streams, step, configs):
