@@ -14,12 +14,17 @@ backward on, on this machine's CPU, with the split of the wall time:
   over it, and the median row over it.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_cost.py [--replicates 1024] \\
-        [--no-share | --compare] [--json benchmarks/data/model_cost.json]
+        [--no-share | --compare] [--no-backward] [--json benchmarks/data/model_cost.json]
+
+Under ``torchrun --nproc-per-node N`` (both cores of this machine: N = 2) every rank runs the same rows and
+shares each row's replicates, as ``torchrun ... -m kcert model`` does; rank 0 prints and writes the JSON
+(its own split: the ranks wait for each other at every look, so their walls agree).
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import json
 import os
 import platform
@@ -58,7 +63,7 @@ class RecordingTimer:
             setattr(module, attr, original)
 
 
-def model_run(replicates: int, seed: int, share: bool = True) -> dict:
+def model_run(replicates: int, seed: int, share: bool = True, backward: bool = True, quiet: bool = False) -> dict:
     from kcert.model import cases as model_cases, engine as model_engine, record as model_record, store
 
     model_engine.SHARE_RECORDINGS = share
@@ -70,8 +75,9 @@ def model_run(replicates: int, seed: int, share: bool = True) -> dict:
     def on_event(kind, detail):
         if kind == "row":
             starts.append((time.perf_counter(), detail["module"], detail["direction"]))
-            print(f"  row {detail['index'] + 1}/{detail['rows']}: {detail['module'] or '(model)'} "
-                  f"{detail['direction']}", flush=True)
+            if not quiet:
+                print(f"  row {detail['index'] + 1}/{detail['rows']}: {detail['module'] or '(model)'} "
+                      f"{detail['direction']}", flush=True)
 
     timer = RecordingTimer()
     for mod in (model_record, model_cases):  # cases imports the function by name
@@ -82,7 +88,7 @@ def model_run(replicates: int, seed: int, share: bool = True) -> dict:
     handle = ref.register_forward_pre_hook(lambda *a: root_forwards.__setitem__(0, root_forwards[0] + 1))
     start = time.perf_counter()
     try:
-        cert = kcert.certify_model(ref, prod, model_zoo.inputs(p.arch), loss=model_zoo.lm_loss, backward=True,
+        cert = kcert.certify_model(ref, prod, model_zoo.inputs(p.arch), loss=model_zoo.lm_loss, backward=backward,
                                    name=p.name, replicates=replicates, seed=seed, on_event=on_event)
     finally:
         timer.restore()
@@ -101,6 +107,10 @@ def model_run(replicates: int, seed: int, share: bool = True) -> dict:
             "median_row_s": {d: statistics.median([r["seconds"] for r in per_row if r["direction"] == d] or [0.0])
                              for d in ("forward", "backward")},
             "replicates_run": [r.certificate.provenance.replicates for r in cert.rows if r.certificate is not None],
+            "verdicts": {d: {v: sum(1 for r in cert.rows if r.direction == d and r.verdict.value == v)
+                             for v in ("PASS", "WARN", "FAIL", "SKIPPED")} for d in ("forward", "backward", "end to end")},
+            "not_pass": [{"module": r.module, "direction": r.direction, "verdict": r.verdict.value,
+                          "gate": r.deciding_gate, "figure": r.figure} for r in cert.rows if r.verdict.value != "PASS"],
             "rows_json": _rows_without_times(cert)}
 
 
@@ -138,23 +148,35 @@ def main(argv=None) -> None:
     ap.add_argument("--no-share", action="store_true", help="each row records its module alone (no store)")
     ap.add_argument("--compare", action="store_true", help="run the model without the store, then with it")
     ap.add_argument("--shared-first", action="store_true", help="with --compare: the store's run first")
+    ap.add_argument("--no-backward", dest="backward", action="store_false", help="forward rows only")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    from kcert.execution import distributed
+
+    with distributed.process_group("cpu") as comm:
+        _measure(args, comm)
+
+
+def _measure(args, comm) -> None:
+    quiet = comm.rank != 0
+    print = builtins.print if not quiet else (lambda *a, **k: None)  # noqa: A001 - rank 0 reports
     single = single_case(args.replicates, args.seed, args.repeats)
     print(f"single case {single['case']} at R={args.replicates}: median {single['median_s']:.1f} s "
           f"over {args.repeats} ({single['verdict']})", flush=True)
     modes = ([True, False] if args.shared_first else [False, True]) if args.compare else [not args.no_share]
-    runs = {("shared" if share else "alone"): model_run(args.replicates, args.seed, share) for share in modes}
+    runs = {("shared" if share else "alone"): model_run(args.replicates, args.seed, share, args.backward, quiet)
+            for share in modes}
     load = os.getloadavg()
-    out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__,
+    out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__, "ranks": comm.world,
+           "backward": args.backward,
            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "threads": torch.get_num_threads(), "load_average": load, "model": runs, "single": single}
     s = single
     for label, m in runs.items():
         fwd, bwd = m["by_direction_s"]["forward"], m["by_direction_s"]["backward"]
-        print(f"\nLlama 2 layers hidden 256, {m['selected_modules']} selected modules, {m['rows']} rows, "
-              f"R={args.replicates}, recordings {label}: {m['wall_s'] / 60:.1f} min ({m['verdict']}); target (R=1024) "
+        print(f"\nLlama 2 layers hidden 256, {m['selected_modules']} selected modules, {m['rows']} rows "
+              f"({'with' if args.backward else 'no'} backward), R={args.replicates}, {comm.world} rank(s), recordings {label}: {m['wall_s'] / 60:.1f} min ({m['verdict']}); target (R=1024) "
               "<= 10 min: " + (("met" if m["wall_s"] <= 600 else "MISSED") if args.replicates == 1024 else "not this R"))
         print(f"  forward rows {fwd:.0f} s, backward rows {bwd:.0f} s, end to end {m['by_direction_s']['end to end']:.0f} s; "
               f"recording (inside the rows) {m['recording_s']:.0f} s over {m['recording_calls']} calls "
@@ -164,6 +186,10 @@ def main(argv=None) -> None:
         print(f"  ratios: model / one case {m['wall_s'] / s['median_s']:.1f}x; median forward row / one case "
               f"{m['median_row_s']['forward'] / s['median_s']:.2f}x; median backward row / one case "
               f"{m['median_row_s']['backward'] / s['median_s']:.2f}x; load average {load[0]:.1f}")
+        print("  verdicts: " + "; ".join(f"{d} " + ", ".join(f"{n} {v}" for v, n in c.items() if n)
+                                         for d, c in m["verdicts"].items() if sum(c.values())))
+        for r in m["not_pass"]:
+            print(f"    {r['module'] or '(model)'} {r['direction']}: {r['verdict']} ({r['gate']}; {r['figure']})")
     if args.compare:
         a, b = runs["alone"], runs["shared"]
         print(f"\nshared / alone: wall {b['wall_s'] / a['wall_s']:.2f}x, recording {b['recording_s'] / a['recording_s']:.2f}x, "
@@ -171,7 +197,7 @@ def main(argv=None) -> None:
               f"{a['rows_json'] == b['rows_json']}")
     for m in runs.values():
         m.pop("rows_json")
-    if args.json:
+    if args.json and not quiet:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1))
 

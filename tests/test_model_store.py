@@ -140,3 +140,26 @@ def test_a_module_a_draw_does_not_reach_fails_as_without_the_store(monkeypatch, 
     with pytest.raises(kcert.KernelError, match="module 'b': the module was not called"):
         kcert.certify_model(ref, prod, {"x": kcert.Gaussian((2, 8), shift=2.0)}, dtype=torch.float32,
                             backward=False, end_to_end=False, replicates=64, peer_rules=False)
+
+
+def test_a_draws_file_gives_back_each_modules_tensors_as_recorded(tmp_path):
+    """The raw file of a draw: every module's tensors read back alone, bit for bit, with their dtype, shape,
+    strides and storage offset (a transposed or offset clone keeps its layout: a kernel's numerics may depend
+    on it), and a tensor two modules received read back once per module."""
+    shared = torch.randn(4, 6).to(torch.bfloat16)
+    transposed = torch.randn(6, 4, dtype=torch.float64).t().clone()  # strides (1, 4): not contiguous
+    offset = torch.arange(10, dtype=torch.int64)[3:7]  # a view that starts inside its storage
+    held = {0: {"x": shared, "t": transposed}, 1: {"x": shared, "ids": offset}, 2: {}}
+    index = store._write(tmp_path / "draw.bin", held)
+    with store.RecordingStore(torch.nn.Identity(), {}, []) as s:
+        s.files["k"], s.index_of["k"] = tmp_path / "draw.bin", index
+        for i in (1, 0, 2):
+            got = s._load("k", i)
+            assert set(got) == set(held[i])
+            for name, value in held[i].items():
+                back = got[name]
+                assert (back.dtype, back.shape, back.stride(), back.storage_offset()) == (
+                    value.dtype, value.shape, value.stride(), value.storage_offset())
+                assert torch.equal(back, value)
+                assert back.untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
+        assert s.loads == 2  # a module without tensors reads nothing

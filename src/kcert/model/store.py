@@ -4,10 +4,16 @@ Without it, each row's recording probe runs ref's model up to its own module for
 ~30 modules in two directions that is most of a run's avoidable cost. With it, the first row to meet a
 draw of the model inputs runs ref's whole forward once, with a pre-hook on every selected module that
 keeps the module's first call's inputs (flattened with its :class:`~kcert.model.record.Layout`, cloned
-at hook time so later in-place ops of the forward cannot alter them), and saves all of them to one file
-of a temporary directory named by a digest of the drawn inputs; the other rows load that file. Memory
-holds one draw's recordings (the last file loaded), never R of them; the files are bounded by
-:func:`budget` and removed when the run ends.
+at hook time so later in-place ops of the forward cannot alter them), and writes their bytes to one file
+of a temporary directory named by a digest of the drawn inputs; the other rows read back their own
+module's bytes only (an index in memory says where each tensor lies, with its dtype, shape and strides).
+Memory holds one draw's recordings at most (the draw being recorded), never R of them; the files are
+bounded by :func:`budget` and removed when the run ends.
+
+Why raw bytes and not ``torch.save``/``torch.load``: each row reads each draw once, so a run of ~60 rows
+reads every draw ~60 times; loading the whole draw's zip archive cost ~3 ms per read (measured on the
+2-layer Llama of benchmarks/model_zoo.py, ~100 tensors per draw), reading one module's few tensors with
+one positioned read costs tens of microseconds (docs/model.md, "Cost").
 
 A module the forward did not reach, whose flatten raised (another structure than the layout's), or a
 draw met once the budget is spent, is recorded as without the store (``record`` up to that module), so
@@ -21,6 +27,7 @@ import hashlib
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -63,7 +70,9 @@ class RecordingStore:
         self.budget = 0
         self.written = 0
         self.files: dict[str, Path] = {}  # digest -> file
-        self.current: tuple[str, dict[int, dict[str, torch.Tensor]]] | None = None  # the last draw held
+        # digest -> module index -> name -> where its bytes lie in the draw's file
+        self.index_of: dict[str, dict[int, dict[str, _Placed]]] = {}
+        self.current: tuple[str, dict[int, dict[str, torch.Tensor]]] | None = None  # the last draw's modules held
         self.forwards = self.loads = 0  # for benchmarks and tests
 
     def __enter__(self) -> RecordingStore:
@@ -87,13 +96,15 @@ class RecordingStore:
         key = inputs_digest(kwargs)
         if self.current is None or self.current[0] != key:
             if key in self.files:
-                held = self._load(key)
+                self.current = (key, {})  # filled module by module as rows ask
             elif self.written >= self.budget:
                 return None  # full: a miss records as without the store (one module, not the whole model)
             else:
-                held = self._record(key, kwargs)
-            self.current = (key, held)
-        return self.current[1].get(i)
+                self.current = (key, self._record(key, kwargs))
+        held = self.current[1]
+        if i not in held and key in self.files and i in self.index_of[key]:
+            held[i] = self._load(key, i)
+        return held.get(i)
 
     def _record(self, key: str, kwargs: Mapping[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
         held: dict[int, dict[str, torch.Tensor]] = {}
@@ -135,24 +146,64 @@ class RecordingStore:
                 h.remove()
         originals.clear()
         self.forwards += 1
-        flat = {f"{i}.{n}": v for i, values in held.items() for n, v in values.items()}
-        size = sum(s.nbytes() for s in {v.untyped_storage().data_ptr(): v.untyped_storage()
-                                        for v in flat.values()}.values())
+        # the bytes the file will hold: a tensor several modules received is written once per module
+        size = sum(v.untyped_storage().nbytes() for values in held.values() for v in values.values())
         if self.written + size <= self.budget:
-            path = self.directory / f"{key}.pt"
-            torch.save(flat, path)
+            path = self.directory / f"{key}.bin"
+            self.index_of[key] = _write(path, held)
             self.files[key] = path
         self.written += size  # past the budget: no file, and the next miss records alone
         return held
 
-    def _load(self, key: str) -> dict[int, dict[str, torch.Tensor]]:
-        flat = torch.load(self.files[key], map_location="cpu", weights_only=True, mmap=True)
+    def _load(self, key: str, i: int) -> dict[str, torch.Tensor]:
+        """Module ``i``'s tensors of draw ``key``: one positioned read of their bytes."""
+        placed = self.index_of[key][i]
+        if not placed:
+            return {}
+        start = min(p.offset for p in placed.values())
+        end = max(p.offset + p.nbytes for p in placed.values())
+        buffer = torch.empty(end - start, dtype=torch.uint8)
+        with open(self.files[key], "rb") as f:
+            f.seek(start)
+            if f.readinto(memoryview(buffer.numpy())) != end - start:
+                raise OSError(f"kcert's recording store: {self.files[key]} is shorter than written")
         self.loads += 1
-        held: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in flat.items():
-            i, name = k.split(".", 1)
-            held.setdefault(int(i), {})[name] = v
-        return held
+        return {name: p.tensor(buffer, start) for name, p in placed.items()}
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """Where one recorded tensor's storage lies in a draw's file, and how to view it again."""
+
+    offset: int
+    nbytes: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+
+    def tensor(self, buffer: torch.Tensor, start: int) -> torch.Tensor:
+        # a fresh storage per tensor, so a tensor keeps no other module's bytes alive
+        storage = buffer[self.offset - start:self.offset - start + self.nbytes].clone().untyped_storage()
+        return torch.empty(0, dtype=self.dtype).set_(storage, self.storage_offset, self.shape, self.stride)
+
+
+def _write(path: Path, held: Mapping[int, Mapping[str, torch.Tensor]]) -> dict[int, dict[str, _Placed]]:
+    """Write every recorded tensor's storage bytes to ``path``, module after module (a module's tensors are
+    contiguous in the file, one read brings them back); their dtype, shape and strides stay in memory."""
+    index: dict[int, dict[str, _Placed]] = {}
+    offset = 0
+    with open(path, "wb") as f:
+        for i, values in held.items():
+            index[i] = {}
+            for name, t in values.items():
+                storage = t.untyped_storage()
+                data = torch.empty(0, dtype=torch.uint8).set_(storage)  # the storage's bytes, any dtype
+                f.write(memoryview(data.numpy()))
+                index[i][name] = _Placed(offset, storage.nbytes(), t.dtype, tuple(t.shape), tuple(t.stride()),
+                                         t.storage_offset())
+                offset += storage.nbytes()
+    return index
 
 
 __all__ = ["RecordingStore", "budget", "inputs_digest"]
