@@ -63,10 +63,12 @@ class RecordingTimer:
             setattr(module, attr, original)
 
 
-def model_run(replicates: int, seed: int, share: bool = True, backward: bool = True, quiet: bool = False) -> dict:
+def model_run(replicates: int, seed: int, share: bool = True, backward: bool = True, quiet: bool = False,
+              reuse: bool = True) -> dict:
     from kcert.model import cases as model_cases, engine as model_engine, record as model_record, store
 
     model_engine.SHARE_RECORDINGS = share
+    model_engine.REUSE_REF_OUTPUTS = reuse
 
     p = model_zoo.pair("llama_eager_vs_sdpa")
     ref, prod = model_zoo.models(p, seed)
@@ -93,7 +95,7 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
     finally:
         timer.restore()
         handle.remove()
-        model_engine.SHARE_RECORDINGS = True
+        model_engine.SHARE_RECORDINGS = model_engine.REUSE_REF_OUTPUTS = True
     end = time.perf_counter()
     per_row = []
     for i, (t0, module, direction) in enumerate(starts):
@@ -101,7 +103,7 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
         per_row.append({"module": module, "direction": direction, "seconds": t1 - t0})
     by_dir = {d: sum(r["seconds"] for r in per_row if r["direction"] == d) for d in ("forward", "backward", "end to end")}
     modules = sorted({r.module for r in cert.rows if r.direction == "forward"})
-    return {"pair": p.name, "share_recordings": share, "ref_forwards": root_forwards[0], "wall_s": end - start, "selected_modules": len(modules), "rows": len(cert.rows),
+    return {"pair": p.name, "share_recordings": share, "reuse_ref_outputs": share and reuse, "ref_forwards": root_forwards[0], "wall_s": end - start, "selected_modules": len(modules), "rows": len(cert.rows),
             "verdict": cert.verdict.value, "recording_s": timer.seconds, "recording_calls": timer.calls,
             "by_direction_s": by_dir, "per_row": per_row,
             "median_row_s": {d: statistics.median([r["seconds"] for r in per_row if r["direction"] == d] or [0.0])
@@ -148,6 +150,10 @@ def main(argv=None) -> None:
     ap.add_argument("--no-share", action="store_true", help="each row records its module alone (no store)")
     ap.add_argument("--compare", action="store_true", help="run the model without the store, then with it")
     ap.add_argument("--shared-first", action="store_true", help="with --compare: the store's run first")
+    ap.add_argument("--no-reuse", action="store_true",
+                    help="with the store, forward rows call ref's module again instead of taking its kept outputs")
+    ap.add_argument("--compare-reuse", action="store_true",
+                    help="with the store: ref's outputs called again, then kept (rows must be identical)")
     ap.add_argument("--no-backward", dest="backward", action="store_false", help="forward rows only")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -164,9 +170,15 @@ def _measure(args, comm) -> None:
     single = single_case(args.replicates, args.seed, args.repeats)
     print(f"single case {single['case']} at R={args.replicates}: median {single['median_s']:.1f} s "
           f"over {args.repeats} ({single['verdict']})", flush=True)
-    modes = ([True, False] if args.shared_first else [False, True]) if args.compare else [not args.no_share]
-    runs = {("shared" if share else "alone"): model_run(args.replicates, args.seed, share, args.backward, quiet)
-            for share in modes}
+    if args.compare_reuse:  # (label, share, reuse)
+        modes = [("ref called", True, False), ("ref kept", True, True)]
+    elif args.compare:
+        modes = [("alone", False, True), ("shared", True, True)]
+        modes = modes[::-1] if args.shared_first else modes
+    else:
+        modes = [("alone" if args.no_share else "shared", not args.no_share, not args.no_reuse)]
+    runs = {label: model_run(args.replicates, args.seed, share, args.backward, quiet, reuse)
+            for label, share, reuse in modes}
     load = os.getloadavg()
     out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__, "ranks": comm.world,
            "backward": args.backward,
@@ -190,6 +202,11 @@ def _measure(args, comm) -> None:
                                          for d, c in m["verdicts"].items() if sum(c.values())))
         for r in m["not_pass"]:
             print(f"    {r['module'] or '(model)'} {r['direction']}: {r['verdict']} ({r['gate']}; {r['figure']})")
+    if args.compare_reuse:
+        a, b = runs["ref called"], runs["ref kept"]
+        print(f"\nref kept / ref called: wall {b['wall_s'] / a['wall_s']:.2f}x, forward rows "
+              f"{b['by_direction_s']['forward'] / max(a['by_direction_s']['forward'], 1e-9):.2f}x; rows identical "
+              f"(JSON less times): {a['rows_json'] == b['rows_json']}")
     if args.compare:
         a, b = runs["alone"], runs["shared"]
         print(f"\nshared / alone: wall {b['wall_s'] / a['wall_s']:.2f}x, recording {b['recording_s'] / a['recording_s']:.2f}x, "

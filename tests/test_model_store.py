@@ -163,3 +163,73 @@ def test_a_draws_file_gives_back_each_modules_tensors_as_recorded(tmp_path):
                 assert torch.equal(back, value)
                 assert back.untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
         assert s.loads == 2  # a module without tensors reads nothing
+
+
+def _ref_module_calls(reuse, monkeypatch, ref, prod, **options):
+    """The rows' JSON (less times) and how often ref's selected modules ran while the rows ran."""
+    monkeypatch.setattr(engine, "REUSE_REF_OUTPUTS", reuse)
+    calls, counting = [0], [0]
+    names = options["modules"].names
+
+    def on_event(kind, detail):
+        counting[0] = 1
+
+    handles = [ref.get_submodule(n).register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + counting[0]))
+               for n in names]
+    try:
+        cert = kcert.certify_model(ref, prod, INPUTS, on_event=on_event, **options)
+    finally:
+        for h in handles:
+            h.remove()
+    return _without_times(report.to_json(cert)), calls[0], cert
+
+
+def test_ref_outputs_kept_by_the_store_give_the_same_rows_with_fewer_calls(monkeypatch):
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", EpsOutside)
+    options = {**FAST, "backward": False}
+    again, calls_again, _ = _ref_module_calls(False, monkeypatch, ref, prod, **options)
+    kept, calls_kept, cert = _ref_module_calls(True, monkeypatch, ref, prod, **options)
+    assert kept["rows"] == again["rows"]
+    assert [r["verdict"] for r in kept["rows"]].count("FAIL") >= 1
+    # the rows' ref calls on the recorded inputs are gone; the recording forwards and the algebra's scaled and
+    # real-mode points still call ref's modules
+    replicates = sum(r.certificate.provenance.replicates for r in cert.rows if r.certificate is not None)
+    assert calls_again - calls_kept >= replicates - 2 * len(cert.rows)
+
+
+_IN_MODEL = [False]
+
+
+class _Aware(torch.nn.Module):
+    """Runs ``inner`` with a flag up: a module reading it computes otherwise inside the model than alone."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids):
+        _IN_MODEL[0] = True
+        try:
+            return self.inner(input_ids)
+        finally:
+            _IN_MODEL[0] = False
+
+
+class _Context(EpsOutside):
+    def forward(self, x):
+        return super().forward(x) + (0.5 if _IN_MODEL[0] else 0.0)
+
+
+def test_a_module_that_computes_otherwise_inside_the_model_never_gets_its_kept_outputs(monkeypatch):
+    """ref's module's output inside the model differs from its own call on the same inputs: the first replicate's
+    check sees it, and every row computes ref's module as without kept outputs (else ref would differ from prod,
+    the same module, by 0.5, and the row FAIL)."""
+    ref = _Aware(swapped(tiny(), "layers.0.norm1", _Context))
+    prod = copy.deepcopy(ref)
+    options = dict(modules=kcert.Modules(names=("inner.layers.0.norm1", "inner.layers.0.attn")), end_to_end=False,
+                   replicates=8, peer_rules=False, backward=False)
+    again, _, _ = _ref_module_calls(False, monkeypatch, ref, prod, **options)
+    kept, _, cert = _ref_module_calls(True, monkeypatch, ref, prod, **options)
+    assert kept["rows"] == again["rows"]
+    assert "FAIL" not in [r.verdict.value for r in cert.rows]

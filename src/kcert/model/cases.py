@@ -16,6 +16,7 @@ case and listed in the row's notes.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from torch.utils._pytree import GetAttrKey, MappingKey, keystr, tree_flatten_wit
 from ..backward import gradients
 from ..case import Axes, Case, Fixed, Probe
 from ..errors import CaseError, KernelError
+from .. import rounding
 from ..execution import seeding
 from ..execution.realmode import RealMode, in_mode
 from .record import RECORDING, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
@@ -79,18 +81,69 @@ class ModuleCall:
     params: tuple[str, ...]  # the module's parameter names handed in as weights
     outputs: tuple[tuple, ...]  # key paths of the certified outputs
     name: str
+    memo: Slot | None = None  # ref's forward: the slot whose recording may hold this module's outputs
+
+    def pick(self, out) -> tuple:
+        """The certified outputs out of the module's whole output."""
+        return tuple(_pick(out, path) for path in self.outputs)
 
     def __call__(self, **kwargs):
         kwargs.pop(RECORDING, None)
+        if self.memo is not None:
+            kept = _recorded_outputs(self, kwargs)
+            if kept is not None:
+                return kept
         values = {k: in_mode(v) for k, v in kwargs.items()}
         args, kw = self.layout.rebuild(values)
         out = call_module(self.module, {p: values[param_key(p)] for p in self.params}, args, kw)
-        picked = tuple(_pick(out, path) for path in self.outputs)
+        picked = self.pick(out)
         for path, value in zip(self.outputs, picked):
             if not isinstance(value, torch.Tensor):
                 raise KernelError(f"{self.name}: output{keystr(path)} is a {type(value).__name__}, a tensor when the "
                                   "case was built")
         return picked
+
+
+# ModuleCall -> whether its outputs kept by the recording store were found, on the first replicate that
+# had them, bit for bit equal to the module's own call on the same inputs (kept out of the kernel's attributes,
+# which a checkpoint's fingerprint follows)
+_MEMO_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _same_bits(a, b: torch.Tensor) -> bool:
+    if not isinstance(a, torch.Tensor) or a.dtype != b.dtype or a.shape != b.shape or a.device != b.device:
+        return False
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(a.contiguous().view(bits), b.contiguous().view(bits))  # -0.0 and NaN payloads count
+
+
+def _recorded_outputs(call: ModuleCall, kwargs: dict) -> tuple | None:
+    """ref's module's outputs kept from the recording forward of this replicate's draw, when ``kwargs`` are
+    exactly that recording's inputs and ref's own parameters (bit for bit) and nothing asks for a gradient or a
+    real-mode evaluation: the row then need not call ref's module again on the same inputs (docs/model.md,
+    "Cost"). The first time, the module is called anyway and must agree bit for bit, else never used."""
+    if getattr(rounding.real_mode_state, "dtypes", None) or call.memo is None:
+        return None
+    recorded = call.memo.recorded()
+    if recorded is None:
+        return None
+    inputs, outputs = recorded
+    if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in kwargs.values()):
+        return None
+    if any(not _same_bits(kwargs.get(name), value) for name, value in inputs.items()):
+        return None
+    prefix = "_orig_mod." if isinstance(getattr(call.module, "_orig_mod", None), nn.Module) else ""
+    if any(not _same_bits(kwargs.get(param_key(p)), call.module.get_parameter(prefix + p)) for p in call.params):
+        return None
+    checked = _MEMO_CHECKED.get(call)
+    if checked is None:
+        own = ModuleCall(call.module, call.layout, call.params, call.outputs, call.name)(**kwargs)
+        _MEMO_CHECKED[call] = checked = len(own) == len(outputs) and all(
+            _same_bits(a, b) for a, b in zip(own, outputs))
+        return own
+    return tuple(t.clone() for t in outputs) if checked else None
 
 
 @dataclass(frozen=True)
@@ -169,7 +222,8 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
     ref_out = _run(call(ref_mod, "ref", paths), trial)
     buckets = [Axes(-1) if o.dim() else Axes() for o in ref_out]
     kind = type(ref_mod).__name__
-    forward = Case(name=f"{case_name}:{name}", ref=call(ref_mod, f"ref {name}", paths),
+    ref_call = ModuleCall(ref_mod, layout, tuple(params), tuple(paths), f"ref {name}", memo=slot)
+    forward = Case(name=f"{case_name}:{name}", ref=ref_call,
                    prod=call(prod_mod, f"prod {name}", paths), inputs=probes, weights=weights, buckets=buckets,
                    dtype=dtype, output_names=common,
                    description=f"{kind} {name!r} on ref's recorded inputs ({type(prod_mod).__name__} as prod)")

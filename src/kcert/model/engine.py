@@ -40,6 +40,10 @@ PROOF = False
 # disk-backed store (kcert.model.store); False: each row records its module alone, as before (benchmarks and
 # tests compare the two; the rows are the same).
 SHARE_RECORDINGS = True
+# With the store, the recording forward also keeps each module's certified outputs, and a forward row takes ref's
+# from there instead of calling ref's module again on the same inputs (kcert.model.cases, _recorded_outputs);
+# False: ref's module is called in every replicate (benchmarks and tests compare the two; the rows are the same).
+REUSE_REF_OUTPUTS = True
 
 
 def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
@@ -204,8 +208,9 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
             ref_mod, prod_mod = matching.ref[module], matching.prod[module]
             built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
                                           backward, name, copies))
-        store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all]) if SHARE_RECORDINGS and plan
-                 else contextlib.nullcontext())
+        pickers = [b.forward.ref.pick if b.forward is not None and REUSE_REF_OUTPUTS else None for b in built_all]
+        store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all], pickers)
+                 if SHARE_RECORDINGS and plan else contextlib.nullcontext())
         with store:
             for order, (module, built) in enumerate(zip(plan, built_all)):
                 _module_rows(run, rows, module, order, built, matching, found, backward)

@@ -168,6 +168,7 @@ def layout_of(module: nn.Module, recorded: tuple[tuple, dict], grad_recorded: tu
 
 
 _HELD: dict[int, dict[str, torch.Tensor]] = {}  # Slot -> the tensor leaves of its latest recording
+_OUTPUTS: dict[int, tuple[torch.Tensor, ...]] = {}  # Slot -> ref's module's outputs in that recording, if kept
 
 
 class Slot:
@@ -177,8 +178,17 @@ class Slot:
 
     __slots__ = ()
 
-    def put(self, values: dict[str, torch.Tensor]) -> None:
+    def put(self, values: dict[str, torch.Tensor], outputs: tuple[torch.Tensor, ...] | None = None) -> None:
         _HELD[id(self)] = values
+        if outputs is None:
+            _OUTPUTS.pop(id(self), None)
+        else:
+            _OUTPUTS[id(self)] = outputs
+
+    def recorded(self) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]] | None:
+        """The latest recording's inputs and ref's module's outputs on them, when the recording kept both."""
+        outputs = _OUTPUTS.get(id(self))
+        return None if outputs is None else (_HELD[id(self)], outputs)
 
     def take(self, name: str) -> torch.Tensor:
         values = _HELD.get(id(self))
@@ -189,6 +199,7 @@ class Slot:
 
     def __del__(self):
         _HELD.pop(id(self), None)
+        _OUTPUTS.pop(id(self), None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,11 +217,13 @@ class Recorder:
 
     def __call__(self, generator, device):
         kwargs = draw_model_inputs(self.inputs, generator, device, self.dtype)
-        values = SHARED[-1].leaves(self, kwargs) if SHARED else None
+        store = SHARED[-1] if SHARED else None
+        values = store.leaves(self, kwargs) if store is not None else None
+        outputs = store.outputs(self) if values is not None else None
         if values is None:  # no store, or one that does not hold this module: its own recording forward
             values = self.layout.flatten(record(self.ref_model, self.module, kwargs, self.where, self.extra),
                                          self.where)
-        self.slot.put(values)
+        self.slot.put(values, outputs)
         return torch.zeros((), dtype=torch.int64, device=device)  # a token: the kernels ignore it
 
 

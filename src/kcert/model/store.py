@@ -26,15 +26,17 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from .record import SHARED, Recorder
 
+OUTPUT = "\x00output"  # the names under which a module's outputs are kept beside its inputs
 MAX_BYTES = 4 * 2**30  # never more than this on disk ...
 DISK_FRACTION = 0.25  # ... nor more than this share of the temporary directory's free space
 
@@ -62,9 +64,12 @@ def inputs_digest(kwargs: Mapping[str, torch.Tensor]) -> str:
 class RecordingStore:
     """The shared recordings of one run (a context manager: registered on entry, files removed on exit)."""
 
-    def __init__(self, model: nn.Module, extra: Mapping, recorders: Sequence[Recorder]):
+    def __init__(self, model: nn.Module, extra: Mapping, recorders: Sequence[Recorder],
+                 pickers: Sequence[Callable[[Any], tuple] | None] | None = None):
         self.model, self.extra = model, dict(extra)
         self.recorders = list(recorders)
+        # recorder's position -> picks the certified outputs out of its module's output (None: outputs not kept)
+        self.pickers = list(pickers) if pickers is not None else [None] * len(self.recorders)
         self.index = {id(r): i for i, r in enumerate(self.recorders)}
         self.directory: Path | None = None
         self.budget = 0
@@ -104,7 +109,17 @@ class RecordingStore:
         held = self.current[1]
         if i not in held and key in self.files and i in self.index_of[key]:
             held[i] = self._load(key, i)
-        return held.get(i)
+        values = held.get(i)
+        return None if values is None else {n: v for n, v in values.items() if not n.startswith(OUTPUT)}
+
+    def outputs(self, recorder: Recorder) -> tuple[torch.Tensor, ...] | None:
+        """ref's module's certified outputs in the current draw's forward (after :meth:`leaves` of that draw),
+        or None when they were not kept."""
+        i = self.index.get(id(recorder))
+        values = None if i is None or self.current is None else self.current[1].get(i)
+        if not values or f"{OUTPUT}0" not in values:
+            return None
+        return tuple(values[f"{OUTPUT}{k}"] for k in range(sum(n.startswith(OUTPUT) for n in values)))
 
     def _record(self, key: str, kwargs: Mapping[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
         held: dict[int, dict[str, torch.Tensor]] = {}
@@ -133,9 +148,33 @@ class RecordingStore:
                 held[i] = {n: clone(v) for n, v in values.items()}
             return hook
 
+        first: dict[int, list[bool]] = {}  # per module, a stack: is the call now running its first one?
+
+        def pre_for(i: int, recorder: Recorder):
+            inputs = hook_for(i, recorder)
+
+            def pre(mod, args, kw):
+                first.setdefault(i, []).append(i not in held)
+                inputs(mod, args, kw)
+            return pre
+
+        def post_for(i: int, pick: Callable[[Any], tuple]):
+            def post(mod, args, kw, out):
+                if not first[i].pop() or i not in held:
+                    return
+                try:
+                    picked = pick(out)
+                except Exception:  # noqa: BLE001 - outputs not kept: the row computes ref's as without the store
+                    return
+                if all(isinstance(t, torch.Tensor) for t in picked):  # cloned now: the forward may write into them
+                    held[i].update({f"{OUTPUT}{k}": clone(t) for k, t in enumerate(picked)})
+            return post
+
         failed: set[int] = set()
-        handles = [r.module.register_forward_pre_hook(hook_for(i, r), with_kwargs=True)
+        handles = [r.module.register_forward_pre_hook(pre_for(i, r), with_kwargs=True)
                    for i, r in enumerate(self.recorders)]
+        handles += [r.module.register_forward_hook(post_for(i, pick), with_kwargs=True)
+                    for i, (r, pick) in enumerate(zip(self.recorders, self.pickers)) if pick is not None]
         try:
             with torch.no_grad():
                 self.model(**kwargs, **self.extra)
