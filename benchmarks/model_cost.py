@@ -78,7 +78,7 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
         if kind == "row":
             starts.append((time.perf_counter(), detail["module"], detail["direction"]))
             if not quiet:
-                print(f"  row {detail['index'] + 1}/{detail['rows']}: {detail['module'] or '(model)'} "
+                print(f"  [{time.perf_counter() - start:7.0f} s] row {detail['index'] + 1}/{detail['rows']}: {detail['module'] or '(model)'} "
                       f"{detail['direction']}", flush=True)
 
     timer = RecordingTimer()

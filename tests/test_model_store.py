@@ -145,24 +145,26 @@ def test_a_module_a_draw_does_not_reach_fails_as_without_the_store(monkeypatch, 
 def test_a_draws_file_gives_back_each_modules_tensors_as_recorded(tmp_path):
     """The raw file of a draw: every module's tensors read back alone, bit for bit, with their dtype, shape,
     strides and storage offset (a transposed or offset clone keeps its layout: a kernel's numerics may depend
-    on it), and a tensor two modules received read back once per module."""
+    on it); a tensor two modules received is written once and read back into each module's own storage."""
     shared = torch.randn(4, 6).to(torch.bfloat16)
     transposed = torch.randn(6, 4, dtype=torch.float64).t().clone()  # strides (1, 4): not contiguous
     offset = torch.arange(10, dtype=torch.int64)[3:7]  # a view that starts inside its storage
-    held = {0: {"x": shared, "t": transposed}, 1: {"x": shared, "ids": offset}, 2: {}}
+    held = {0: {"x": shared, "t": transposed}, 1: {"x": shared, "ids": offset, "again": shared}, 2: {}}
     index = store._write(tmp_path / "draw.bin", held)
+    assert (tmp_path / "draw.bin").stat().st_size == 4 * 6 * 2 + 6 * 4 * 8 + 10 * 8  # each storage once
     with store.RecordingStore(torch.nn.Identity(), {}, []) as s:
         s.files["k"], s.index_of["k"] = tmp_path / "draw.bin", index
-        for i in (1, 0, 2):
-            got = s._load("k", i)
-            assert set(got) == set(held[i])
+        got = {i: s._load("k", i) for i in (1, 0, 2)}
+        for i in held:
+            assert set(got[i]) == set(held[i])
             for name, value in held[i].items():
-                back = got[name]
+                back = got[i][name]
                 assert (back.dtype, back.shape, back.stride(), back.storage_offset()) == (
                     value.dtype, value.shape, value.stride(), value.storage_offset())
                 assert torch.equal(back, value)
                 assert back.untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
-        assert s.loads == 2  # a module without tensors reads nothing
+        assert got[0]["x"].untyped_storage().data_ptr() != got[1]["x"].untyped_storage().data_ptr()
+        assert got[1]["x"].untyped_storage().data_ptr() == got[1]["again"].untyped_storage().data_ptr()
 
 
 def _ref_module_calls(reuse, monkeypatch, ref, prod, **options):

@@ -5,15 +5,15 @@ Without it, each row's recording probe runs ref's model up to its own module for
 draw of the model inputs runs ref's whole forward once, with a pre-hook on every selected module that
 keeps the module's first call's inputs (flattened with its :class:`~kcert.model.record.Layout`, cloned
 at hook time so later in-place ops of the forward cannot alter them), and writes their bytes to one file
-of a temporary directory named by a digest of the drawn inputs; the other rows read back their own
-module's bytes only (an index in memory says where each tensor lies, with its dtype, shape and strides).
+of a temporary directory named by a digest of the drawn inputs (each clone once); the other rows read back
+their own module's tensors only (an index in memory says where each lies, with its dtype, shape and strides).
 Memory holds one draw's recordings at most (the draw being recorded), never R of them; the files are
 bounded by :func:`budget` and removed when the run ends.
 
 Why raw bytes and not ``torch.save``/``torch.load``: each row reads each draw once, so a run of ~60 rows
 reads every draw ~60 times; loading the whole draw's zip archive cost ~3 ms per read (measured on the
 2-layer Llama of benchmarks/model_zoo.py, ~100 tensors per draw), reading one module's few tensors with
-one positioned read costs tens of microseconds (docs/model.md, "Cost").
+positioned reads ~0.2 ms (docs/model.md, "Shared recordings").
 
 A module the forward did not reach, whose flatten raised (another structure than the layout's), or a
 draw met once the budget is spent, is recorded as without the store (``record`` up to that module), so
@@ -37,7 +37,9 @@ from torch import nn
 from .record import SHARED, Recorder
 
 OUTPUT = "\x00output"  # the names under which a module's outputs are kept beside its inputs
-MAX_BYTES = 4 * 2**30  # never more than this on disk ...
+# The zoo's 2-layer Llama writes ~2.4 MB per draw (inputs and kept outputs of 30 modules, each clone once): a
+# row at 4096 replicates needs ~10 GB per process; past the budget each new draw is recorded again per row.
+MAX_BYTES = 16 * 2**30  # never more than this on disk ...
 DISK_FRACTION = 0.25  # ... nor more than this share of the temporary directory's free space
 
 
@@ -185,8 +187,8 @@ class RecordingStore:
                 h.remove()
         originals.clear()
         self.forwards += 1
-        # the bytes the file will hold: a tensor several modules received is written once per module
-        size = sum(v.untyped_storage().nbytes() for values in held.values() for v in values.values())
+        size = sum(s.nbytes() for s in {v.untyped_storage().data_ptr(): v.untyped_storage()
+                                        for values in held.values() for v in values.values()}.values())
         if self.written + size <= self.budget:
             path = self.directory / f"{key}.bin"
             self.index_of[key] = _write(path, held)
@@ -195,19 +197,19 @@ class RecordingStore:
         return held
 
     def _load(self, key: str, i: int) -> dict[str, torch.Tensor]:
-        """Module ``i``'s tensors of draw ``key``: one positioned read of their bytes."""
+        """Module ``i``'s tensors of draw ``key``: a positioned read of each of their storages."""
         placed = self.index_of[key][i]
-        if not placed:
-            return {}
-        start = min(p.offset for p in placed.values())
-        end = max(p.offset + p.nbytes for p in placed.values())
-        buffer = torch.empty(end - start, dtype=torch.uint8)
+        storages: dict[int, torch.UntypedStorage] = {}  # offset -> storage: names that shared one still do
         with open(self.files[key], "rb") as f:
-            f.seek(start)
-            if f.readinto(memoryview(buffer.numpy())) != end - start:
-                raise OSError(f"kcert's recording store: {self.files[key]} is shorter than written")
+            for p in placed.values():
+                if p.offset not in storages:
+                    buffer = torch.empty(p.nbytes, dtype=torch.uint8)
+                    f.seek(p.offset)
+                    if f.readinto(memoryview(buffer.numpy())) != p.nbytes:
+                        raise OSError(f"kcert's recording store: {self.files[key]} is shorter than written")
+                    storages[p.offset] = buffer.untyped_storage()
         self.loads += 1
-        return {name: p.tensor(buffer, start) for name, p in placed.items()}
+        return {name: p.tensor(storages[p.offset]) for name, p in placed.items()}
 
 
 @dataclass(frozen=True)
@@ -221,27 +223,29 @@ class _Placed:
     stride: tuple[int, ...]
     storage_offset: int
 
-    def tensor(self, buffer: torch.Tensor, start: int) -> torch.Tensor:
-        # a fresh storage per tensor, so a tensor keeps no other module's bytes alive
-        storage = buffer[self.offset - start:self.offset - start + self.nbytes].clone().untyped_storage()
+    def tensor(self, storage: torch.UntypedStorage) -> torch.Tensor:
         return torch.empty(0, dtype=self.dtype).set_(storage, self.storage_offset, self.shape, self.stride)
 
 
 def _write(path: Path, held: Mapping[int, Mapping[str, torch.Tensor]]) -> dict[int, dict[str, _Placed]]:
-    """Write every recorded tensor's storage bytes to ``path``, module after module (a module's tensors are
-    contiguous in the file, one read brings them back); their dtype, shape and strides stay in memory."""
+    """Write every recorded storage's bytes to ``path`` once (a tensor that several modules received, or that one
+    module returned and the next received, is one clone: one copy in the file); each module's index says where
+    its tensors lie, with their dtype, shape, strides and storage offset."""
     index: dict[int, dict[str, _Placed]] = {}
+    where: dict[int, int] = {}  # storage address -> offset in the file (the clones are alive: addresses unique)
     offset = 0
     with open(path, "wb") as f:
         for i, values in held.items():
             index[i] = {}
             for name, t in values.items():
                 storage = t.untyped_storage()
-                data = torch.empty(0, dtype=torch.uint8).set_(storage)  # the storage's bytes, any dtype
-                f.write(memoryview(data.numpy()))
-                index[i][name] = _Placed(offset, storage.nbytes(), t.dtype, tuple(t.shape), tuple(t.stride()),
-                                         t.storage_offset())
-                offset += storage.nbytes()
+                if storage.data_ptr() not in where:
+                    where[storage.data_ptr()] = offset
+                    data = torch.empty(0, dtype=torch.uint8).set_(storage)  # the storage's bytes, any dtype
+                    f.write(memoryview(data.numpy()))
+                    offset += storage.nbytes()
+                index[i][name] = _Placed(where[storage.data_ptr()], storage.nbytes(), t.dtype, tuple(t.shape),
+                                         tuple(t.stride()), t.storage_offset())
     return index
 
 
