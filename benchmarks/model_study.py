@@ -16,6 +16,9 @@ half by name (model_zoo.Pair.half, as the control suite); both halves are report
     OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_study.py --replicates R \\
         [--pairs NAME ...] [--half tuning|validation] [--out benchmarks/data/model_study] \\
         [--markdown docs/model-study.md]
+
+Under ``torchrun --nproc-per-node N`` (the script as torchrun's program) the ranks share each row's replicates,
+as ``torchrun ... -m kcert model`` does; rank 0 prints and writes (a record notes its ``ranks``).
 """
 
 from __future__ import annotations
@@ -56,13 +59,14 @@ def _commit() -> str | None:
         return None
 
 
-def run_pair(p: model_zoo.Pair, replicates: int, backward: bool, max_replicates: int | None) -> dict:
+def run_pair(p: model_zoo.Pair, replicates: int, backward: bool, max_replicates: int | None,
+             verbose: bool = True) -> dict:
     """Certify pair ``p`` and return its record (JSON-ready)."""
     ref, prod = model_zoo.models(p, SEED)
     start = time.perf_counter()
 
     def on_event(kind, detail):
-        if kind == "row":
+        if kind == "row" and verbose:
             print(f"  {time.perf_counter() - start:6.0f} s  row {detail['index'] + 1}/{detail['rows']} "
                   f"{detail['module'] or '(model)'} {detail['direction']}", file=sys.stderr, flush=True)
 
@@ -157,12 +161,15 @@ def markdown(records: list[dict], pending: list[model_zoo.Pair]) -> str:
     return "\n".join(lines) + "\n"
 
 
-BEGIN, END = "<!-- model_study: begin (generated) -->", "<!-- model_study: end -->"
+def markers(name: str = "model_study") -> tuple[str, str]:
+    """The comments a generated table sits between (``--marker``: several tables in one file)."""
+    return f"<!-- {name}: begin (generated) -->", f"<!-- {name}: end -->"
 
 
-def write_markdown(path: Path, table: str) -> None:
+def write_markdown(path: Path, table: str, marker: str = "model_study") -> None:
     """Write the table between the BEGIN and END markers of ``path`` (docs/model.md's Study section), or,
     for a file without the markers, the whole file."""
+    BEGIN, END = markers(marker)
     text = path.read_text() if path.exists() else ""
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
@@ -183,9 +190,19 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default="benchmarks/data/model_study")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--marker", default="model_study", help="the name of the generated block in --markdown")
     ap.add_argument("--report-only", action="store_true", help="run nothing; tabulate the cached results")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    from kcert.execution import distributed
+
+    with distributed.process_group("cpu") as comm:
+        _study(args, comm)
+
+
+def _study(args, comm) -> None:
+    """Under torchrun every rank certifies the same pairs (sharing each row's replicates); rank 0 writes."""
+    lead = comm.rank == 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     chosen = [p for p in model_zoo.PAIRS if (args.pairs is None or p.name in args.pairs)
@@ -197,12 +214,20 @@ def main(argv=None) -> None:
         path = out / f"{p.name}.json"
         if path.exists() or args.report_only:
             continue
-        print(f"{p.name} ({p.kind}, {p.half}) ...", flush=True)
-        rec = run_pair(p, args.replicates, args.backward == "all" or p.backward_only, args.max_replicates)
-        path.write_text(json.dumps(rec, indent=1))
+        if lead:
+            print(f"{p.name} ({p.kind}, {p.half}) ...", flush=True)
+        rec = run_pair(p, args.replicates, args.backward == "all" or p.backward_only, args.max_replicates, lead)
+        rec["ranks"] = comm.world
+        if lead:
+            path.write_text(json.dumps(rec, indent=1))
+        comm.barrier()  # every rank sees the file before it looks at the next pair
+        if not lead:
+            continue
         j = judge(rec)
         print(f"  {rec['verdict']} first failure {rec['first_failure']} in {rec['wall_s']:.0f} s: "
               f"{'met' if j['met'] else 'MISSED'} ({j['why']})", flush=True)
+    if not lead:
+        return
     records = [json.loads((out / f"{p.name}.json").read_text()) for p in model_zoo.PAIRS
                if (out / f"{p.name}.json").exists()]
     records = [r for r in records if r["replicates"] == args.replicates]
@@ -210,7 +235,7 @@ def main(argv=None) -> None:
     table = markdown(records, pending)
     print(table)
     if args.markdown:
-        write_markdown(Path(args.markdown), table)
+        write_markdown(Path(args.markdown), table, args.marker)
     if args.json:
         Path(args.json).write_text(json.dumps({"records": records, "judged": {r["pair"]: judge(r) for r in records}},
                                               indent=1))

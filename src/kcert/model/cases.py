@@ -25,10 +25,10 @@ from torch import nn
 from torch.func import functional_call
 from torch.utils._pytree import GetAttrKey, MappingKey, keystr, tree_flatten_with_path
 
+from .. import rounding
 from ..backward import gradients
 from ..case import Axes, Case, Fixed, Probe
 from ..errors import CaseError, KernelError
-from .. import rounding
 from ..execution import seeding
 from ..execution.realmode import RealMode, in_mode
 from .record import RECORDING, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
@@ -123,7 +123,7 @@ def _recorded_outputs(call: ModuleCall, kwargs: dict) -> tuple | None:
     """ref's module's outputs kept from the recording forward of this replicate's draw, when ``kwargs`` are
     exactly that recording's inputs and ref's own parameters (bit for bit) and nothing asks for a gradient or a
     real-mode evaluation: the row then need not call ref's module again on the same inputs (docs/model.md,
-    "Cost"). The first time, the module is called anyway and must agree bit for bit, else never used."""
+    "ref's outputs kept"). The first time, the module is called anyway and must agree bit for bit, else never used."""
     if getattr(rounding.real_mode_state, "dtypes", None) or call.memo is None:
         return None
     recorded = call.memo.recorded()
