@@ -567,3 +567,30 @@ def test_to_real_nested_and_autograd_choice():
     got["a"].sum().backward()
     assert torch.equal(a.grad, torch.ones(2, dtype=BF16))
     assert to_real(b, F32).dtype == F32
+
+
+def test_grouped_mm_has_its_definition_in_float64_real_mode():
+    """torch._grouped_mm (mixture-of-experts layers) has no float64 kernel; real mode computes it from its
+    definition: rows grouped by offs times one matrix per group (an empty group, rows past offs[-1] zero), a
+    batched product, and 2D operands grouped along their shared dimension."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(7, 8, generator=g).to(torch.bfloat16)  # sizes of 8: the float32 kernel wants 16-byte strides
+    b = torch.randn(3, 8, 8, generator=g).to(torch.bfloat16)
+    offs = torch.tensor([2, 2, 6], dtype=torch.int32)  # group 1 empty, row 6 past the last offset
+    out = run_real(lambda x, w: torch._grouped_mm(x, w, offs=offs), a, b)
+    a64, b64 = a.double(), b.double()
+    want = torch.zeros(7, 8, dtype=torch.float64)
+    want[0:2], want[2:6] = a64[0:2] @ b64[0], a64[2:6] @ b64[2]
+    assert out.dtype == torch.float64 and torch.equal(out, want)
+    # float32 real mode uses the operator itself (it has a float32 kernel)
+    assert torch.allclose(run_real(lambda x, w: torch._grouped_mm(x, w, offs=offs), a, b, dtype=torch.float32)[:6],
+                          want[:6].float(), rtol=1e-5, atol=1e-5)
+    batched = torch.randn(3, 2, 8, generator=g)
+    assert torch.equal(run_real(lambda x, w: torch._grouped_mm(x, w), batched, b), batched.double() @ b64)
+    left, right = torch.randn(2, 6, generator=g), torch.randn(6, 3, generator=g)
+    split = torch.tensor([4, 6], dtype=torch.int32)
+    stacked = run_real(lambda x, w: torch._grouped_mm(x, w, offs=split), left, right)
+    assert torch.equal(stacked, torch.stack([left.double()[:, :4] @ right.double()[:4],
+                                             left.double()[:, 4:] @ right.double()[4:]]))
+    with pytest.raises(RealModeUnsupported, match="raised RuntimeError"):  # a bias: not rewritten, raises as before
+        run_real(lambda x, w: torch._grouped_mm(x, w, offs=offs, bias=torch.zeros(3, 8)), a, b)

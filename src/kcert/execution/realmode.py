@@ -18,7 +18,9 @@ tuples, dicts), floating ``torch.dtype`` arguments, the default dtype (set on en
 restored on exit), ``x.float()/.half()/.bfloat16()/.double()``, ``x.type(...)``.  A cast
 never returns its input itself (it clones instead): in the original code a cast from a
 lower precision is a copy, and code may write into it.  Autocast is switched off around
-each op.  Metadata and autograd-state calls (``x.dtype``, ``x.grad``,
+each op.  An operator without a float64 kernel that real mode knows the definition of is computed from it
+in float64 real mode: ``torch._grouped_mm`` (the experts of mixture-of-experts layers), one ``mm`` per
+group.  Metadata and autograd-state calls (``x.dtype``, ``x.grad``,
 ``p.requires_grad_()``, ``backward``) act on the caller's tensor unconverted, and so
 do view-like calls (slicing, ``view``, ``transpose``, ``detach``...) on a low-precision
 tensor made outside the mode, so that a write through the view is recognised as a
@@ -398,6 +400,41 @@ _bypass = rounding.bypass
 
 _CONTINUE = object()
 
+# Grouped matrix products (mixture-of-experts layers: transformers' experts call torch._grouped_mm) have no
+# float64 kernel ("Expected mat_a to be Float32, BFloat16 or Float16"): in float64 real mode they are computed
+# from their definition, one torch.mm per group, which is what they mean in exact arithmetic.
+_GROUPED_MM = frozenset(
+    f for f in (getattr(torch, "_grouped_mm", None), getattr(torch.ops.aten, "_grouped_mm", None),
+                getattr(getattr(torch.ops.aten, "_grouped_mm", None), "default", None)) if f is not None
+)
+
+
+def _grouped_mm_float64(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """``torch._grouped_mm`` by its definition, for the layouts mixture-of-experts layers use: a 2D ``mat_a``
+    whose rows are grouped by ``offs`` times a 3D ``mat_b`` (one matrix per group; rows past ``offs[-1]`` are
+    zero), two 3D operands (a batched product), and two 2D operands whose shared dimension is grouped by
+    ``offs`` (one product per group, stacked). None for anything else (the operator then runs, and raises
+    as it would)."""
+    if bias is not None or not (isinstance(mat_a, torch.Tensor) and isinstance(mat_b, torch.Tensor)):
+        return None
+    if mat_a.dtype is not torch.float64 or mat_b.dtype is not torch.float64:
+        return None
+    if mat_a.dim() == 3 and mat_b.dim() == 3 and offs is None:
+        return torch.bmm(mat_a, mat_b)
+    if offs is None:
+        return None
+    ends = [int(e) for e in offs.tolist()]
+    starts = [0] + ends[:-1]
+    if mat_a.dim() == 2 and mat_b.dim() == 3 and len(ends) == mat_b.shape[0]:
+        out = torch.zeros(mat_a.shape[0], mat_b.shape[2], dtype=torch.float64, device=mat_a.device)
+        for g, (start, end) in enumerate(zip(starts, ends)):
+            if end > start:
+                out[start:end] = torch.mm(mat_a[start:end], mat_b[g])
+        return out
+    if mat_a.dim() == 2 and mat_b.dim() == 2:
+        return torch.stack([torch.mm(mat_a[:, start:end], mat_b[start:end]) for start, end in zip(starts, ends)])
+    return None
+
 
 def _forget_in(mode_ref: Any, key: tuple) -> None:
     mode = mode_ref()
@@ -675,6 +712,10 @@ class RealMode(TorchFunctionMode):
 
         args = self._conv(args)
         kwargs = self._conv(kwargs)
+        if func in _GROUPED_MM and self.dtype is torch.float64:
+            r = _grouped_mm_float64(*args, **kwargs)
+            if r is not None:
+                return r
         cpu = torch.is_autocast_enabled("cpu")
         cuda = torch.is_autocast_enabled("cuda")
         acc = _OTHER_ACCELERATOR is not None and torch.is_autocast_enabled(_OTHER_ACCELERATOR)
