@@ -207,7 +207,7 @@ class RecordingStore:
                     f.seek(p.offset)
                     if f.readinto(memoryview(buffer.numpy())) != p.nbytes:
                         raise OSError(f"kcert's recording store: {self.files[key]} is shorter than written")
-                    storages[p.offset] = buffer.untyped_storage()
+                    storages[p.offset] = buffer.to(p.device).untyped_storage()  # where it was recorded
         self.loads += 1
         return {name: p.tensor(storages[p.offset]) for name, p in placed.items()}
 
@@ -222,6 +222,7 @@ class _Placed:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     storage_offset: int
+    device: torch.device
 
     def tensor(self, storage: torch.UntypedStorage) -> torch.Tensor:
         return torch.empty(0, dtype=self.dtype).set_(storage, self.storage_offset, self.shape, self.stride)
@@ -241,11 +242,12 @@ def _write(path: Path, held: Mapping[int, Mapping[str, torch.Tensor]]) -> dict[i
                 storage = t.untyped_storage()
                 if storage.data_ptr() not in where:
                     where[storage.data_ptr()] = offset
-                    data = torch.empty(0, dtype=torch.uint8).set_(storage)  # the storage's bytes, any dtype
+                    # the storage's bytes, any dtype; an accelerator's copied to the host to be written
+                    data = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage).cpu()
                     f.write(memoryview(data.numpy()))
                     offset += storage.nbytes()
                 index[i][name] = _Placed(where[storage.data_ptr()], storage.nbytes(), t.dtype, tuple(t.shape),
-                                         tuple(t.stride()), t.storage_offset())
+                                         tuple(t.stride()), t.storage_offset(), t.device)
     return index
 
 
