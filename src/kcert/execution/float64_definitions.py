@@ -2,7 +2,7 @@
 
 Real mode runs every op in float64; an operator with no float64 kernel would raise there, and its module
 would get no oracle. Where the operator's meaning in exact arithmetic is a composition of float64 ops, it is
-computed from that composition instead (see docs/method.md, the float64 oracle).
+computed from that composition instead (docs/adapters.md, "Kernels real mode cannot follow").
 """
 
 from __future__ import annotations

@@ -225,7 +225,8 @@ class _Placed:
     device: torch.device
 
     def tensor(self, storage: torch.UntypedStorage) -> torch.Tensor:
-        return torch.empty(0, dtype=self.dtype).set_(storage, self.storage_offset, self.shape, self.stride)
+        return torch.empty(0, dtype=self.dtype, device=storage.device).set_(storage, self.storage_offset, self.shape,
+                                                                            self.stride)
 
 
 def _write(path: Path, held: Mapping[int, Mapping[str, torch.Tensor]]) -> dict[int, dict[str, _Placed]]:
