@@ -235,3 +235,70 @@ def test_a_module_that_computes_otherwise_inside_the_model_never_gets_its_kept_o
     kept, _, cert = _ref_module_calls(True, monkeypatch, ref, prod, **options)
     assert kept["rows"] == again["rows"]
     assert "FAIL" not in [r.verdict.value for r in cert.rows]
+
+
+def _loss(out, inputs):
+    return out.float().square().mean()
+
+
+def _end_to_end_ref_forwards(reuse, monkeypatch, ref, prod, flag=None, modules=MODULES):
+    """The rows' JSON (less times) and how often ref's model ran while the end-to-end row ran; ``flag``, if
+    given, is raised when that row starts."""
+    monkeypatch.setattr(engine, "REUSE_REF_OUTPUTS", reuse)
+    forwards, counting = [0], [0]
+
+    def on_event(kind, detail):
+        if kind == "row":
+            counting[0] = int(detail["direction"] == "end to end")
+            if flag is not None:
+                flag[0] = bool(counting[0])
+
+    handle = ref.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + counting[0]))
+    try:
+        cert = kcert.certify_model(ref, prod, INPUTS, on_event=on_event, loss=_loss,
+                                   **{**FAST, "modules": modules, "end_to_end": True, "backward": False})
+    finally:
+        handle.remove()
+        if flag is not None:
+            flag[0] = False
+    return _without_times(report.to_json(cert)), forwards[0], cert
+
+
+def test_the_end_to_end_row_takes_refs_outputs_from_the_store_with_the_same_row(monkeypatch):
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", EpsOutside)
+    again, forwards_again, _ = _end_to_end_ref_forwards(False, monkeypatch, ref, prod)
+    kept, forwards_kept, cert = _end_to_end_ref_forwards(True, monkeypatch, ref, prod)
+    assert kept["rows"] == again["rows"]
+    whole = cert.rows[-1]
+    assert whole.direction == "end to end" and whole.certificate is not None
+    # every draw the module rows recorded is not run again by the end-to-end row (the first is, to check it)
+    draws = max(r.certificate.provenance.replicates for r in cert.rows[:-1] if r.certificate is not None)
+    assert forwards_again - forwards_kept >= min(draws, whole.certificate.provenance.replicates) - 1
+
+
+class _Flagged(torch.nn.Module):
+    """Adds 0.5 to its output while the flag is up: a model that computes otherwise in the end-to-end row than
+    in the recording forwards of the module rows."""
+
+    def __init__(self, inner, flag):
+        super().__init__()
+        self.inner, self.flag = inner, flag
+
+    def forward(self, input_ids):
+        return self.inner(input_ids) + (0.5 if self.flag[0] else 0.0)
+
+
+def test_kept_model_outputs_that_differ_from_refs_own_are_never_used(monkeypatch):
+    """The first replicate's check sees it and the row runs ref's model as without kept outputs (else ref, kept
+    from the recordings without the 0.5, would differ from prod, the same model, by 0.5, and the row FAIL)."""
+    flag = [False]
+    ref = _Flagged(tiny(), flag)
+    prod = copy.deepcopy(ref)
+    prod.flag = flag  # deepcopy made it another list
+    options = dict(monkeypatch=monkeypatch, ref=ref, prod=prod, flag=flag,
+                   modules=kcert.Modules(names=("inner.layers.0.norm1", "inner.layers.1.mlp")))
+    again, _, _ = _end_to_end_ref_forwards(False, **options)
+    kept, _, cert = _end_to_end_ref_forwards(True, **options)
+    assert kept["rows"] == again["rows"]
+    assert cert.rows[-1].verdict.value != "FAIL"

@@ -31,7 +31,7 @@ from ..case import Axes, Case, Fixed, Probe
 from ..errors import CaseError, KernelError
 from ..execution import seeding
 from ..execution.realmode import RealMode, in_mode
-from .record import RECORDING, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
+from .record import RECORDING, SHARED, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
 
 VANISHING = 1e-9  # float64 gradient / the module's largest: zero up to float64 round-off (about 1e-16)
 
@@ -104,9 +104,9 @@ class ModuleCall:
         return picked
 
 
-# ModuleCall -> whether its outputs kept by the recording store were found, on the first replicate that
-# had them, bit for bit equal to the module's own call on the same inputs (kept out of the kernel's attributes,
-# which a checkpoint's fingerprint follows)
+# ModuleCall or ModelCall -> whether its outputs kept by the recording store were found, on the first replicate
+# that had them, bit for bit equal to the module's (the model's) own call on the same inputs (kept out of the
+# kernel's attributes, which a checkpoint's fingerprint follows)
 _MEMO_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -310,9 +310,8 @@ class ModelCall:
     loss: Callable | None
     extra: Mapping
 
-    def __call__(self, **kwargs):
-        kwargs = {k: in_mode(v) for k, v in kwargs.items()}
-        out = self.model(**kwargs, **self.extra)
+    def pick(self, out, kwargs: Mapping) -> tuple:
+        """The certified outputs out of the model's whole output on ``kwargs`` (the loss computed on it)."""
         picked = tuple(_pick(out, p) for p in self.outputs)
         if self.loss is not None:
             value = self.loss(out, kwargs)
@@ -320,6 +319,35 @@ class ModelCall:
                 raise KernelError(f"loss must return a scalar tensor, got {type(value).__name__}")
             picked += (value.reshape(()),)
         return picked
+
+    def __call__(self, **kwargs):
+        kept = _kept_model_outputs(self, kwargs)
+        if kept is not None:
+            return kept
+        kwargs = {k: in_mode(v) for k, v in kwargs.items()}
+        return self.pick(self.model(**kwargs, **self.extra), kwargs)
+
+
+def _kept_model_outputs(call: ModelCall, kwargs: dict) -> tuple | None:
+    """ref's model outputs kept by the recording store's forward of this draw, when ``kwargs`` are exactly that
+    draw (the store keys its files by a digest of the drawn inputs), the model is the store's (ref's), and nothing
+    asks for a gradient or a real-mode evaluation: the end-to-end row then need not run ref's whole model again
+    (docs/model.md, "ref's outputs kept"). The first time, the model runs anyway and must agree bit for bit, else
+    the kept outputs are never used."""
+    store = SHARED[-1] if SHARED else None
+    if store is None or store.model is not call.model or getattr(rounding.real_mode_state, "dtypes", None):
+        return None
+    if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in kwargs.values()):
+        return None
+    kept = store.model_outputs(kwargs)
+    if kept is None:
+        return None
+    checked = _MEMO_CHECKED.get(call)
+    if checked is None:
+        own = call.pick(call.model(**kwargs, **call.extra), kwargs)
+        _MEMO_CHECKED[call] = checked = len(own) == len(kept) and all(_same_bits(a, b) for a, b in zip(own, kept))
+        return own
+    return tuple(t.clone() for t in kept) if checked else None
 
 
 def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], extra: Mapping,

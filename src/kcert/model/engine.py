@@ -40,9 +40,10 @@ PROOF = False
 # disk-backed store (kcert.model.store); False: each row records its module alone, as before (benchmarks and
 # tests compare the two; the rows are the same).
 SHARE_RECORDINGS = True
-# With the store, the recording forward also keeps each module's certified outputs, and a forward row takes ref's
-# from there instead of calling ref's module again on the same inputs (kcert.model.cases, _recorded_outputs);
-# False: ref's module is called in every replicate (benchmarks and tests compare the two; the rows are the same).
+# With the store, the recording forward also keeps each module's certified outputs (and the model's own, for the
+# end-to-end row), and a forward row takes ref's from there instead of calling ref's module (model) again on the
+# same inputs (kcert.model.cases, _recorded_outputs and _kept_model_outputs); False: ref is called in every
+# replicate (benchmarks and tests compare the two; the rows are the same).
 REUSE_REF_OUTPUTS = True
 
 
@@ -208,17 +209,19 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
             ref_mod, prod_mod = matching.ref[module], matching.prod[module]
             built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
                                           backward, name, copies))
+        whole = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name) \
+            if end_to_end else None
         pickers = [b.forward.ref.pick if b.forward is not None and REUSE_REF_OUTPUTS else None for b in built_all]
-        store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all], pickers)
+        model_pick = whole.ref.pick if whole is not None and REUSE_REF_OUTPUTS else None
+        store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all], pickers, model_pick)
                  if SHARE_RECORDINGS and plan else contextlib.nullcontext())
         with store:
             for order, (module, built) in enumerate(zip(plan, built_all)):
                 _module_rows(run, rows, module, order, built, matching, found, backward)
-        del built_all, copies
-        if end_to_end:
-            case = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name)
-            run(case, "", "end to end", len(plan), type(ref_model).__name__, type(prod_model).__name__,
-                (WHOLE_COMPILE,) if compiled_whole else ())
+            del built_all, copies
+            if whole is not None:  # inside the store: ref's model outputs of the draws it recorded are kept there
+                run(whole, "", "end to end", len(plan), type(ref_model).__name__, type(prod_model).__name__,
+                    (WHOLE_COMPILE,) if compiled_whole else ())
     provenance = {"seed": settings.seed, "replicates": settings.replicates, "dtype": str(dtype).removeprefix("torch."),
                   "inputs": {k: p.describe() for k, p in inputs.items()}, "wall_time_s": time.perf_counter() - start,
                   "command": settings.command, "selected": len(chosen), "modules_ref": len(matching.ref),

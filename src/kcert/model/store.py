@@ -37,6 +37,7 @@ from torch import nn
 from .record import SHARED, Recorder
 
 OUTPUT = "\x00output"  # the names under which a module's outputs are kept beside its inputs
+MODEL = -1  # the index under which the model's own (end-to-end) outputs are kept, beside the modules' 0, 1, ...
 # The zoo's 2-layer Llama writes ~2.4 MB per draw (inputs and kept outputs of 30 modules, each clone once): a
 # row at 4096 replicates needs ~10 GB per process; past the budget each new draw is recorded again per row.
 MAX_BYTES = 16 * 2**30  # never more than this on disk ...
@@ -67,11 +68,14 @@ class RecordingStore:
     """The shared recordings of one run (a context manager: registered on entry, files removed on exit)."""
 
     def __init__(self, model: nn.Module, extra: Mapping, recorders: Sequence[Recorder],
-                 pickers: Sequence[Callable[[Any], tuple] | None] | None = None):
+                 pickers: Sequence[Callable[[Any], tuple] | None] | None = None,
+                 model_pick: Callable[[Any, Mapping], tuple] | None = None):
         self.model, self.extra = model, dict(extra)
         self.recorders = list(recorders)
         # recorder's position -> picks the certified outputs out of its module's output (None: outputs not kept)
         self.pickers = list(pickers) if pickers is not None else [None] * len(self.recorders)
+        # picks the end-to-end row's outputs out of the model's output on the drawn inputs (None: not kept)
+        self.model_pick = model_pick
         self.index = {id(r): i for i, r in enumerate(self.recorders)}
         self.directory: Path | None = None
         self.budget = 0
@@ -122,6 +126,20 @@ class RecordingStore:
         if not values or f"{OUTPUT}0" not in values:
             return None
         return tuple(values[f"{OUTPUT}{k}"] for k in range(sum(n.startswith(OUTPUT) for n in values)))
+
+    def model_outputs(self, kwargs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+        """The end-to-end outputs of ref's model on ``kwargs`` kept by the forward that recorded this draw, or None
+        (a draw no row recorded, outputs not kept). Reads the file; the current draw's held modules stay."""
+        if self.model_pick is None:
+            return None
+        key = inputs_digest(kwargs)
+        if self.current is not None and self.current[0] == key and MODEL in self.current[1]:
+            values = self.current[1][MODEL]
+        elif key in self.files and MODEL in self.index_of[key]:
+            values = self._load(key, MODEL)
+        else:
+            return None
+        return tuple(values[f"{OUTPUT}{k}"] for k in range(len(values)))
 
     def _record(self, key: str, kwargs: Mapping[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
         held: dict[int, dict[str, torch.Tensor]] = {}
@@ -179,9 +197,13 @@ class RecordingStore:
                     for i, (r, pick) in enumerate(zip(self.recorders, self.pickers)) if pick is not None]
         try:
             with torch.no_grad():
-                self.model(**kwargs, **self.extra)
-        except Exception:  # noqa: BLE001 - modules reached before it keep their inputs; the others record alone
-            pass
+                out = self.model(**kwargs, **self.extra)
+                if self.model_pick is not None:
+                    picked = self.model_pick(out, kwargs)
+                    if all(isinstance(t, torch.Tensor) for t in picked):
+                        held[MODEL] = {f"{OUTPUT}{k}": clone(t) for k, t in enumerate(picked)}
+        except Exception:  # noqa: BLE001 - modules reached before it keep their inputs; the others record alone,
+            pass  # and the end-to-end row runs ref's model itself (and raises there as without the store)
         finally:
             for h in handles:
                 h.remove()
