@@ -119,31 +119,45 @@ def _same_bits(a, b: torch.Tensor) -> bool:
     return torch.equal(a.contiguous().view(bits), b.contiguous().view(bits))  # -0.0 and NaN payloads count
 
 
+def _may_stand_in(call, kwargs: dict) -> bool:
+    """Whether kept outputs may stand in for ``call``'s own on ``kwargs`` at all: not found unequal on an earlier
+    replicate, and nothing asks for a gradient or a real-mode evaluation (the oracle, the algebra ladder and
+    backward rows call ref itself)."""
+    if _MEMO_CHECKED.get(call) is False or getattr(rounding.real_mode_state, "dtypes", None):
+        return False
+    return not (torch.is_grad_enabled()
+                and any(isinstance(v, torch.Tensor) and v.requires_grad for v in kwargs.values()))
+
+
+def _checked_once(call, kept: tuple, own: Callable[[], tuple]) -> tuple | None:
+    """``kept`` in place of ``own()``, once the first replicate that had kept outputs found them bit for bit
+    equal to ``own()`` (computed and returned that time); None ever after if they were not."""
+    checked = _MEMO_CHECKED.get(call)
+    if checked is None:
+        computed = own()
+        _MEMO_CHECKED[call] = len(computed) == len(kept) and all(_same_bits(a, b) for a, b in zip(computed, kept))
+        return computed
+    return tuple(t.clone() for t in kept) if checked else None
+
+
 def _recorded_outputs(call: ModuleCall, kwargs: dict) -> tuple | None:
     """ref's module's outputs kept from the recording forward of this replicate's draw, when ``kwargs`` are
     exactly that recording's inputs and ref's own parameters (bit for bit) and nothing asks for a gradient or a
     real-mode evaluation: the row then need not call ref's module again on the same inputs (docs/model.md,
     "ref's outputs kept"). The first time, the module is called anyway and must agree bit for bit, else never used."""
-    if getattr(rounding.real_mode_state, "dtypes", None) or call.memo is None:
+    if call.memo is None or not _may_stand_in(call, kwargs):
         return None
     recorded = call.memo.recorded()
     if recorded is None:
         return None
     inputs, outputs = recorded
-    if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in kwargs.values()):
-        return None
     if any(not _same_bits(kwargs.get(name), value) for name, value in inputs.items()):
         return None
     prefix = "_orig_mod." if isinstance(getattr(call.module, "_orig_mod", None), nn.Module) else ""
     if any(not _same_bits(kwargs.get(param_key(p)), call.module.get_parameter(prefix + p)) for p in call.params):
         return None
-    checked = _MEMO_CHECKED.get(call)
-    if checked is None:
-        own = ModuleCall(call.module, call.layout, call.params, call.outputs, call.name)(**kwargs)
-        _MEMO_CHECKED[call] = checked = len(own) == len(outputs) and all(
-            _same_bits(a, b) for a, b in zip(own, outputs))
-        return own
-    return tuple(t.clone() for t in outputs) if checked else None
+    return _checked_once(call, outputs,
+                         lambda: ModuleCall(call.module, call.layout, call.params, call.outputs, call.name)(**kwargs))
 
 
 @dataclass(frozen=True)
@@ -322,8 +336,10 @@ class ModelCall:
 
     def __call__(self, **kwargs):
         kept = _kept_model_outputs(self, kwargs)
-        if kept is not None:
-            return kept
+        return kept if kept is not None else self.compute(kwargs)
+
+    def compute(self, kwargs: Mapping) -> tuple:
+        """The model run on ``kwargs`` (in the current evaluation's precision) and its outputs picked."""
         kwargs = {k: in_mode(v) for k, v in kwargs.items()}
         return self.pick(self.model(**kwargs, **self.extra), kwargs)
 
@@ -335,19 +351,10 @@ def _kept_model_outputs(call: ModelCall, kwargs: dict) -> tuple | None:
     (docs/model.md, "ref's outputs kept"). The first time, the model runs anyway and must agree bit for bit, else
     the kept outputs are never used."""
     store = SHARED[-1] if SHARED else None
-    if store is None or store.model is not call.model or getattr(rounding.real_mode_state, "dtypes", None):
-        return None
-    if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in kwargs.values()):
+    if store is None or store.model is not call.model or not _may_stand_in(call, kwargs):
         return None
     kept = store.model_outputs(kwargs)
-    if kept is None:
-        return None
-    checked = _MEMO_CHECKED.get(call)
-    if checked is None:
-        own = call.pick(call.model(**kwargs, **call.extra), kwargs)
-        _MEMO_CHECKED[call] = checked = len(own) == len(kept) and all(_same_bits(a, b) for a, b in zip(own, kept))
-        return own
-    return tuple(t.clone() for t in kept) if checked else None
+    return None if kept is None else _checked_once(call, kept, lambda: call.compute(kwargs))
 
 
 def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], extra: Mapping,

@@ -123,9 +123,7 @@ class RecordingStore:
         or None when they were not kept."""
         i = self.index.get(id(recorder))
         values = None if i is None or self.current is None else self.current[1].get(i)
-        if not values or f"{OUTPUT}0" not in values:
-            return None
-        return tuple(values[f"{OUTPUT}{k}"] for k in range(sum(n.startswith(OUTPUT) for n in values)))
+        return _kept(values) if values else None
 
     def model_outputs(self, kwargs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """The end-to-end outputs of ref's model on ``kwargs`` kept by the forward that recorded this draw, or None
@@ -139,7 +137,7 @@ class RecordingStore:
             values = self._load(key, MODEL)
         else:
             return None
-        return tuple(values[f"{OUTPUT}{k}"] for k in range(len(values)))
+        return _kept(values)
 
     def _record(self, key: str, kwargs: Mapping[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
         held: dict[int, dict[str, torch.Tensor]] = {}
@@ -187,7 +185,7 @@ class RecordingStore:
                 except Exception:  # noqa: BLE001 - outputs not kept: the row computes ref's as without the store
                     return
                 if all(isinstance(t, torch.Tensor) for t in picked):  # cloned now: the forward may write into them
-                    held[i].update({f"{OUTPUT}{k}": clone(t) for k, t in enumerate(picked)})
+                    held[i].update(_keep(picked, clone))
             return post
 
         failed: set[int] = set()
@@ -201,7 +199,7 @@ class RecordingStore:
                 if self.model_pick is not None:
                     picked = self.model_pick(out, kwargs)
                     if all(isinstance(t, torch.Tensor) for t in picked):
-                        held[MODEL] = {f"{OUTPUT}{k}": clone(t) for k, t in enumerate(picked)}
+                        held[MODEL] = _keep(picked, clone)
         except Exception:  # noqa: BLE001 - modules reached before it keep their inputs; the others record alone,
             pass  # and the end-to-end row runs ref's model itself (and raises there as without the store)
         finally:
@@ -232,6 +230,17 @@ class RecordingStore:
                     storages[p.offset] = buffer.to(p.device).untyped_storage()  # where it was recorded
         self.loads += 1
         return {name: p.tensor(storages[p.offset]) for name, p in placed.items()}
+
+
+def _keep(outputs: Sequence[torch.Tensor], clone: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Outputs under the names they are kept by beside a module's inputs (:data:`OUTPUT` and their position)."""
+    return {f"{OUTPUT}{k}": clone(t) for k, t in enumerate(outputs)}
+
+
+def _kept(values: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+    """The outputs kept among ``values`` (by :func:`_keep`), in order; None when none were."""
+    count = sum(name.startswith(OUTPUT) for name in values)
+    return tuple(values[f"{OUTPUT}{k}"] for k in range(count)) if count else None
 
 
 @dataclass(frozen=True)
