@@ -3,7 +3,10 @@ row's verdict, deciding gate, figure and the replicates it planned, and the wall
 study's capped R = 64 could not settle). docs/model.md, "At the default R", quotes its results.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_rows.py PAIR MODULE[,MODULE...] \\
-        [--json OUT]
+        [--findings] [--json OUT]
+
+``--findings`` also prints each row's bias findings (buckets at WARN or worse, the worst first: the statistic,
+the reason, the effect of prod - ref and each side's own bias against the oracle, in ULPs).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ def main() -> None:
     p.add_argument("pair", help="a zoo pair, e.g. llama_eager_vs_sdpa")
     p.add_argument("modules", help="qualified module names, comma-separated")
     p.add_argument("--json", metavar="OUT", help="write the rows and the full kcert.model report")
+    p.add_argument("--findings", action="store_true", help="print each row's bias findings too")
+    p.add_argument("--findings-shown", type=int, default=8, help="at most this many findings per output")
     args = p.parse_args()
     torch.set_num_threads(1)
     pair = model_zoo.pair(args.pair)
@@ -34,13 +39,22 @@ def main() -> None:
     wall = time.perf_counter() - start
     rows = [{"module": r.module, "verdict": r.verdict.value, "gate": r.deciding_gate, "figure": r.figure,
              "replicates": r.certificate.provenance.replicates if r.certificate else None} for r in cert.rows]
-    for r in rows:
+    for r, row in zip(rows, cert.rows):
         print(f"{r['module']}: {r['verdict']} ({r['gate'] or 'no gate decides'}; {r['figure']}; R {r['replicates']})")
+        if args.findings and row.certificate is not None:
+            for bias in row.certificate.bias:
+                for f in bias.findings()[:args.findings_shown]:
+                    print(f"    {bias.output} {f.label} {f.statistic}: {f.verdict.value}, {f.reason}; prod - ref "
+                          f"{f.effect_ulp:.3f} ULP, own bias prod {_ulp(f.prod_bias_ulp)}, ref {_ulp(f.ref_bias_ulp)}")
     print(f"{args.pair}: {len(rows)} rows in {wall:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"pair": args.pair, "wall_s": wall, "rows": rows, "report": to_json(cert)}, f, indent=1,
                       default=str)
+
+
+def _ulp(value) -> str:
+    return "-" if value is None else f"{value:+.3f} ULP"
 
 
 if __name__ == "__main__":

@@ -57,6 +57,15 @@ def test_each_defect_reproduces_at_its_module(name):
         assert diff["forward"] > 0.0
 
 
+@pytest.mark.parametrize("name", [p.name for p in model_zoo.PAIRS if p.kind == "benign"])
+def test_each_benign_pair_keeps_refs_parameters(name):
+    # the patches are applied, not run: a compiled module compiles at its first call, not here
+    ref, prod = model_zoo.models(model_zoo.pair(name))
+    ref_params, prod_params = dict(ref.named_parameters()), dict(prod.named_parameters())
+    assert set(ref_params) == set(prod_params)
+    assert all(torch.equal(ref_params[k], prod_params[k]) for k in ref_params)
+
+
 def _record(kind, rows, injected=None, backward_only=False, first=None):
     return {"kind": kind, "injected": injected, "backward_only": backward_only, "first_failure": first,
             "rows": [{"module": m, "direction": d, "verdict": v} for m, d, v in rows]}
