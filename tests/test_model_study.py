@@ -47,9 +47,7 @@ def test_the_study_has_enough_pairs():
 def test_each_defect_reproduces_at_its_module(name):
     p = model_zoo.pair(name)
     ref, prod = model_zoo.models(p)
-    ref_params, prod_params = dict(ref.named_parameters()), dict(prod.named_parameters())
-    assert set(ref_params) == set(prod_params)
-    assert all(torch.equal(ref_params[k], prod_params[k]) for k in ref_params)
+    _assert_same_parameters(ref, prod)
     diff = model_zoo.module_difference(p, ref, prod, model_zoo.draw_batch(p.arch))
     if p.backward_only:
         assert diff["forward"] == 0.0 and diff["backward"] > 0.0
@@ -60,7 +58,10 @@ def test_each_defect_reproduces_at_its_module(name):
 @pytest.mark.parametrize("name", [p.name for p in model_zoo.PAIRS if p.kind == "benign"])
 def test_each_benign_pair_keeps_refs_parameters(name):
     # the patches are applied, not run: a compiled module compiles at its first call, not here
-    ref, prod = model_zoo.models(model_zoo.pair(name))
+    _assert_same_parameters(*model_zoo.models(model_zoo.pair(name)))
+
+
+def _assert_same_parameters(ref, prod):
     ref_params, prod_params = dict(ref.named_parameters()), dict(prod.named_parameters())
     assert set(ref_params) == set(prod_params)
     assert all(torch.equal(ref_params[k], prod_params[k]) for k in ref_params)
