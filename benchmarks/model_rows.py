@@ -3,10 +3,11 @@ row's verdict, deciding gate, figure and the replicates it planned, and the wall
 study's capped R = 64 could not settle). docs/model.md, "At the default R", quotes its results.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_rows.py PAIR MODULE[,MODULE...] \\
-        [--findings] [--json OUT]
+        [--backward] [--findings] [--json OUT]
 
-``--findings`` also prints each row's bias findings (buckets at WARN or worse, the worst first: the statistic,
-the reason, the effect of prod - ref and each side's own bias against the oracle, in ULPs).
+``--backward`` adds each module's backward row (forward only by default). ``--findings`` also prints each
+row's bias findings (buckets at WARN or worse, the worst first: the statistic, the reason, the effect of
+prod - ref and each side's own bias against the oracle, in ULPs).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main() -> None:
     p.add_argument("pair", help="a zoo pair, e.g. llama_eager_vs_sdpa")
     p.add_argument("modules", help="qualified module names, comma-separated")
     p.add_argument("--json", metavar="OUT", help="write the rows and the full kcert.model report")
+    p.add_argument("--backward", action="store_true", help="add each module's backward row")
     p.add_argument("--findings", action="store_true", help="print each row's bias findings too")
     p.add_argument("--findings-shown", type=int, default=8, help="at most this many findings per output")
     args = p.parse_args()
@@ -35,12 +37,13 @@ def main() -> None:
     ref, prod = model_zoo.models(pair)
     start = time.perf_counter()
     cert = kcert.certify_model(ref, prod, model_zoo.inputs(pair.arch), modules=kcert.Modules(names=args.modules.split(",")),
-                               backward=False, end_to_end=False)
+                               backward=args.backward, end_to_end=False)
     wall = time.perf_counter() - start
-    rows = [{"module": r.module, "verdict": r.verdict.value, "gate": r.deciding_gate, "figure": r.figure,
-             "replicates": r.certificate.provenance.replicates if r.certificate else None} for r in cert.rows]
+    rows = [{"module": r.module, "direction": r.direction, "verdict": r.verdict.value, "gate": r.deciding_gate,
+             "figure": r.figure, "replicates": r.certificate.provenance.replicates if r.certificate else None} for r in cert.rows]
     for r, row in zip(rows, cert.rows):
-        print(f"{r['module']}: {r['verdict']} ({r['gate'] or 'no gate decides'}; {r['figure']}; R {r['replicates']})")
+        print(f"{r['module']} {r['direction']}: {r['verdict']} ({r['gate'] or 'no gate decides'}; {r['figure']}; "
+              f"R {r['replicates']})")
         if args.findings and row.certificate is not None:
             for bias in row.certificate.bias:
                 for f in bias.findings()[:args.findings_shown]:
