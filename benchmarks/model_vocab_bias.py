@@ -37,21 +37,16 @@ NORM = "model.layers.0.input_layernorm"
 SINGLE_ROUNDING_PAIRS = ("llama_fused_rmsnorm",) + tuple(f"{a}_compiled_layer0" for a in model_zoo.ARCHS)
 VOCABS = (512, 4096, 32768, 131072)
 CERTIFIED_VOCABS = (512, 4096, 32768)
-NEGLIGIBLE_ULP = BiasThresholds().negligible_fraction * BiasThresholds().ulp_floor  # 0.0625: "negligible" own bias
+_DEFAULTS = BiasThresholds()
+NEGLIGIBLE_ULP = _DEFAULTS.negligible_fraction * _DEFAULTS.ulp_floor  # 0.0625: the "negligible" own bias
 STUDY = Path(__file__).resolve().parent / "data" / "model_study_r1024"
 
 
 def norm_inputs(model) -> torch.Tensor:
     """The rows layer 0's input norm receives for every token id, once each (one forward on all the ids)."""
     vocab = model.config.vocab_size
-    seen = []
-    hook = model.get_submodule(NORM).register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.arange(vocab).reshape(-1, model_zoo.SEQ))
-    finally:
-        hook.remove()
-    return seen[0].reshape(vocab, -1)
+    args, _, _ = model_zoo.module_outputs(model, NORM, {"input_ids": torch.arange(vocab).reshape(-1, model_zoo.SEQ)})
+    return args[0].reshape(vocab, -1)
 
 
 def table(vocab: int) -> torch.Tensor:
