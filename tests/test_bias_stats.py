@@ -8,8 +8,10 @@ from kcert.stats.bias import (
     DETECTED,
     FAIL,
     IDENTICAL,
+    NOT_SIGNIFICANT,
     PASS,
     PROD_UNDER_FLOOR,
+    SHARED_WITH_REF,
     UNDER_EFFECT_FLOOR,
     UNDER_ULP_FLOOR,
     UNTESTED,
@@ -82,6 +84,23 @@ def test_untested_buckets_and_attribution():
     assert r.reason[0] == UNDER_ULP_FLOOR and r.verdict[0] == WARN and r.prod_bias_ulp is None
 
 
+def test_a_bias_prod_shares_with_a_more_biased_ref_is_not_prods():
+    """Qwen2's key-bias gradient (docs/model.md): prod - ref = p - r, own biases p = +12, r = +197 ULP against the
+    oracle. prod moved towards the oracle and stopped short of it: p is a part of ref's bias (PASS, shared).
+    prod past the oracle (p of the other sign) or beyond ref (|p| > |r|) brings its own bias: FAIL."""
+    r = _judge(1024, [-185.0, -209.0, 13.0, 185.0], [50.0] * 4, prod=np.array([12.0, -12.0, 210.0, -12.0]),
+               ref=np.array([197.0, 197.0, 197.0, -197.0]))
+    assert list(r.reason) == [SHARED_WITH_REF, DETECTED, DETECTED, SHARED_WITH_REF]
+    assert list(r.verdict) == [PASS, FAIL, FAIL, PASS]
+    # the rule before (shared_bias=False): prod's own bias above the floor FAILs whatever ref's
+    r = _judge(1024, [-185.0], [50.0], thresholds=BiasThresholds(shared_bias=False), prod=np.array([12.0]),
+               ref=np.array([197.0]))
+    assert r.reason[0] == DETECTED and r.verdict[0] == FAIL
+    # within the floor the older clause decides (attributed to ref), and an insignificant difference stays so
+    r = _judge(1024, [-0.5, 0.001], [0.05, 50.0], prod=np.array([0.1, 12.0]), ref=np.array([0.6, 12.0]))
+    assert list(r.reason) == [ATTRIBUTED_TO_REF, NOT_SIGNIFICANT] and list(r.verdict) == [PASS, PASS]
+
+
 def test_default_s_min_is_the_harm_boundary():
     assert BiasThresholds().s_min(T) == pytest.approx(T**-0.5)
     assert BiasThresholds(min_standardized_effect=0.2).s_min(T) == 0.2
@@ -142,3 +161,10 @@ def test_the_attribution_z_and_the_bucket_z_decide_alike_but_on_one_replicate():
     differ = (np.abs(bucket_z) <= thresholds.z_star) != (np.abs(prod_z) <= thresholds.z_star)
     assert len(rows) > 200
     assert np.array_equal(differ, (count == 1) & (mean != 0))
+
+
+def test_the_significance_line_counts_shared_biases_apart():
+    from kcert.report.blocks import Significance
+    line = Significance(significant=10, fail=1, warn=2, ref_bias=5, z_star=5.0, ulp_floor=0.25, shared=3).text()
+    assert "1 FAIL, 2 WARN, 2 PASS as ref's own bias" in line
+    assert "3 PASS as a bias shared with ref" in line and "2 PASS otherwise" in line

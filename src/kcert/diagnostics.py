@@ -26,6 +26,7 @@ class Code(StrEnum):
     ZERO_VARIANCE_BUCKET = "zero_variance_bucket"
     UNTESTED_BUCKET = "untested_bucket"
     ATTRIBUTED_TO_REF = "attributed_to_ref"
+    SHARED_WITH_REF = "shared_with_ref"
     NONFINITE_PROD = "nonfinite_prod"
     NONFINITE_REF = "nonfinite_ref"
     FEW_EXCEEDANCES = "few_exceedances"
@@ -73,6 +74,12 @@ CATALOGUE = {
         "significant prod-ref biases that are ref's: prod is within the ULP floor of the oracle and no more "
         "biased than ref there (judged PASS)",
         "no action for the migration; the reference itself carries the bias",
+    ),
+    Code.SHARED_WITH_REF: (
+        "significant prod-ref biases where prod's own bias against the oracle exceeds the ULP floor but has ref's "
+        "sign and is no larger than ref's: both carry it, prod the less (judged PASS)",
+        "no action for the migration (prod moves towards float64); the working precision biases this output on "
+        "both sides, often a small result made by cancellation: a wider format there removes it",
     ),
     Code.NONFINITE_PROD: (
         "prod produced non-finite values where ref is finite",

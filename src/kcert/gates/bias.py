@@ -9,7 +9,8 @@ from ..diagnostics import Code, diagnostic
 from ..results.gates import BIAS
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
-from ..stats.bias import FAIL, IDENTICAL, UNTESTED, WARN, ATTRIBUTED_TO_REF, attribution_z, judge_buckets
+from ..stats.bias import (ATTRIBUTED_TO_REF, FAIL, IDENTICAL, SHARED_WITH_REF, UNTESTED, WARN, attribution_z,
+                          judge_buckets)
 from ..stats.thresholds import BiasThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
@@ -99,6 +100,9 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
     to_ref = int(np.sum(np.any(reasons == ATTRIBUTED_TO_REF, axis=0))) if reasons.size else 0
     if to_ref:
         diags.append(diagnostic(Code.ATTRIBUTED_TO_REF, f"{to_ref} buckets"))
+    shared = int(np.sum(np.any(reasons == SHARED_WITH_REF, axis=0))) if reasons.size else 0
+    if shared:
+        diags.append(diagnostic(Code.SHARED_WITH_REF, f"{shared} buckets"))
     if prod_dtype != dtype:
         declared = " (declared: Case.dtypes_may_differ)" if dtypes_may_differ else ""
         diags.append(diagnostic(Code.OUTPUT_DTYPE_DIFFERS, f"prod {prod_dtype}, ref {dtype}{declared}"))

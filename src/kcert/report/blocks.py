@@ -157,6 +157,7 @@ class Significance:
     ref_bias: int  # PASS: the bias is ref's own against the float64 oracle, not prod's
     z_star: float
     ulp_floor: float
+    shared: int = 0  # of ref_bias: prod's own bias above the floor, but a part of ref's (same sign, no larger)
 
     @property
     def passed(self) -> int:
@@ -170,9 +171,13 @@ class Significance:
         if not self.significant:
             return head
         parts = [f"{self.fail} FAIL", f"{self.warn} WARN"]
-        if self.ref_bias:
-            parts.append(f"{self.ref_bias} PASS as ref's own bias (prod's bias against the float64 oracle is within "
+        within = self.ref_bias - self.shared
+        if within:
+            parts.append(f"{within} PASS as ref's own bias (prod's bias against the float64 oracle is within "
                          f"the {self.ulp_floor:g}-ULP floor and no larger than ref's)")
+        if self.shared:
+            parts.append(f"{self.shared} PASS as a bias shared with ref (prod's own bias against the float64 oracle "
+                         f"is above the floor but in ref's direction and no larger than ref's)")
         other = self.passed - self.ref_bias
         if other:
             parts.append(f"{other} PASS otherwise (all differences zero, or judged on the other statistic)")
@@ -184,10 +189,10 @@ def significance(b: BiasResult) -> Significance:
     if not b.tests:
         return Significance(0, 0, 0, 0, b.thresholds.z_star, b.thresholds.ulp_floor)
     significant, verdicts, to_ref = b.significant_buckets(), b.bucket_verdicts(), b.attributed_to_ref()
+    passed = significant & (verdicts == PASS)
     return Significance(int(significant.sum()), int((significant & (verdicts == FAIL)).sum()),
-                        int((significant & (verdicts == WARN)).sum()),
-                        int((significant & (verdicts == PASS) & to_ref).sum()), b.thresholds.z_star,
-                        b.thresholds.ulp_floor)
+                        int((significant & (verdicts == WARN)).sum()), int((passed & to_ref).sum()),
+                        b.thresholds.z_star, b.thresholds.ulp_floor, int((passed & b.shared_with_ref()).sum()))
 
 
 def reconcile(bw: BitwiseResult, b: BiasResult | None) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnostics import Diagnostic
-from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, REASON_TEXT, WARN, BucketTestResult
+from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, REASON_TEXT, SHARED_WITH_REF, WARN, BucketTestResult
 from ..stats.thresholds import BiasThresholds
 from ..verdict import Verdict
 
@@ -127,8 +127,14 @@ class BiasResult:
         return np.logical_or.reduce([np.abs(np.nan_to_num(t.z)) > self.thresholds.z_star for t in self.tests])
 
     def attributed_to_ref(self) -> np.ndarray:
-        """Per bucket: whether any statistic's PASS was attributed to ref's own bias."""
-        return np.logical_or.reduce([t.reason == ATTRIBUTED_TO_REF for t in self.tests])
+        """Per bucket: whether any statistic's PASS was attributed to ref's own bias (prod within the floor,
+        or its bias shared with ref's)."""
+        return np.logical_or.reduce([np.isin(t.reason, (ATTRIBUTED_TO_REF, SHARED_WITH_REF)) for t in self.tests])
+
+    def shared_with_ref(self) -> np.ndarray:
+        """Per bucket: whether any statistic's PASS rests on prod's own bias (above the floor) being a part of
+        ref's, in its direction and no larger."""
+        return np.logical_or.reduce([t.reason == SHARED_WITH_REF for t in self.tests])
 
     def signed_effect_ulp(self, test: BucketTestResult) -> np.ndarray:
         """One statistic's signed mean per bucket in the bucket's ULP (NaN where the ULP is not positive);

@@ -11,6 +11,9 @@ Rules, per bucket and statistic:
 - PASS (attributed to ref) when significant but prod's own bias against the oracle is within the
   ULP floor and no larger than ref's: prod is at least as accurate as ref in this bucket, the
   difference is the reference's rounding, not a migration defect;
+- PASS (shared with ref) when prod's own bias is above the floor but has ref's sign and is no larger
+  than ref's: prod moved from ref towards the oracle without crossing it, and what is left of its own
+  bias is a bias ref carries too (the working precision's, e.g. a gradient made by cancellation);
 - WARN when otherwise significant (|z| > z*) but under the effect or ULP floor;
 - PASS otherwise: "not detected", never "proved equal".
 s == 0 is its own case: all differences identical; zero mean is PASS, a non-zero constant is
@@ -37,6 +40,7 @@ DETECTED = 4
 IDENTICAL = 5
 UNTESTED = 6
 PROD_UNDER_FLOOR = 7
+SHARED_WITH_REF = 8
 REASON_TEXT = {
     NOT_SIGNIFICANT: "not significant",
     UNDER_EFFECT_FLOOR: "significant, standardized effect under s_min",
@@ -47,6 +51,8 @@ REASON_TEXT = {
     IDENTICAL: "all differences zero",
     UNTESTED: "fewer than 2 replicates populated this bucket",
     PROD_UNDER_FLOOR: "above the floor against ref, but prod's own bias against the oracle is under the ULP floor",
+    SHARED_WITH_REF: "significant, but shared: prod's own bias against the oracle is above the floor, in ref's "
+                     "direction and no larger than ref's",
 }
 # Their names in the JSON report (docs/json-schema.md, "bias"): the constants' names in lower case.
 REASON_CODE = {
@@ -58,6 +64,7 @@ REASON_CODE = {
     IDENTICAL: "identical",
     UNTESTED: "untested",
     PROD_UNDER_FLOOR: "prod_under_floor",
+    SHARED_WITH_REF: "shared_with_ref",
 }
 
 
@@ -123,6 +130,7 @@ def judge_buckets(
     prod_bias_ulp = ref_bias_ulp = None
     prod_clear = np.zeros_like(significant)  # prod within the floor of the oracle
     prod_no_worse = np.zeros_like(significant)  # ... and no more biased than ref
+    shared = np.zeros_like(significant)  # prod above the floor, but its bias is a part of ref's
     if thresholds.attribution and prod_bias is not None and ref_bias is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
             prod_bias_ulp = np.asarray(prod_bias, np.float64) / ulp
@@ -133,7 +141,12 @@ def judge_buckets(
         own_insignificant = (np.zeros_like(prod_clear) if prod_bias_z is None
                              else np.abs(np.asarray(prod_bias_z, np.float64)) <= thresholds.z_star)
         negligible = np.abs(prod_bias_ulp) <= thresholds.negligible_fraction * thresholds.ulp_floor
-        prod_no_worse = prod_clear & ((np.abs(prod_bias_ulp) <= np.abs(ref_bias_ulp)) | own_insignificant | negligible)
+        no_larger = np.abs(prod_bias_ulp) <= np.abs(ref_bias_ulp)
+        prod_no_worse = prod_clear & (no_larger | own_insignificant | negligible)
+        if thresholds.shared_bias:
+            # prod - ref = p - r with p, r of one sign and |p| <= |r|: the migration moves the output towards
+            # the oracle and stops short of it; p is a bias ref carries too, not one prod brings
+            shared = ~prod_clear & no_larger & (np.sign(prod_bias_ulp) == np.sign(ref_bias_ulp))
 
     reason = np.full(mean.shape, NOT_SIGNIFICANT, np.int8)
     reason[significant & ~above_effect] = UNDER_EFFECT_FLOOR
@@ -142,10 +155,11 @@ def judge_buckets(
     reason[detected & prod_clear] = PROD_UNDER_FLOOR
     reason[detected & ~prod_clear] = DETECTED
     reason[significant & prod_no_worse] = ATTRIBUTED_TO_REF
+    reason[significant & shared] = SHARED_WITH_REF
     reason[zero_var & (mean == 0)] = IDENTICAL
     reason[~tested] = UNTESTED
 
-    review = significant & (reason != ATTRIBUTED_TO_REF)
+    review = significant & ~np.isin(reason, (ATTRIBUTED_TO_REF, SHARED_WITH_REF))
     if not thresholds.warn_below_floor:
         review &= ~np.isin(reason, (UNDER_ULP_FLOOR, PROD_UNDER_FLOOR))
     verdict = np.where(reason == DETECTED, FAIL, np.where(review, WARN, PASS)).astype(np.int8)

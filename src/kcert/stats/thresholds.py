@@ -34,6 +34,9 @@ class BiasThresholds:
         Split a bias into prod's and ref's through the oracle (a bias that is ref's is not prod's defect).
     negligible_fraction : float, default 0.25
         prod's own bias under this fraction of c is never prod's defect.
+    shared_bias : bool, default True
+        With attribution: prod's own bias above c that lies in ref's direction and is no larger than ref's is
+        a bias both sides carry (the working precision's), not prod's defect; False FAILs it (the rule before).
     warn_below_floor : bool, default True
         A significant bias under the ULP floor (or prod's own under it) WARNs, the report's rule. False
         PASSes it (its bucket is still reported): for a floor at the harm unit itself, where a bias
@@ -58,6 +61,8 @@ class BiasThresholds:
     # gate's negatives 0.32 ULP and more; docs/method.md, "Defaults and why")
     negligible_fraction: float = 0.25
     warn_below_floor: bool = True
+    # prod moved from ref towards the oracle without crossing it: what is left of its own bias ref has too
+    shared_bias: bool = True
 
     def s_min(self, horizon: float) -> float:
         if self.min_standardized_effect is not None:
