@@ -97,12 +97,10 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
     untested = int(np.sum(np.all(reasons == UNTESTED, axis=0))) if reasons.size else 0
     if untested:
         diags.append(diagnostic(Code.UNTESTED_BUCKET, f"{untested} of {bucket_ulp.size} buckets"))
-    to_ref = int(np.sum(np.any(reasons == ATTRIBUTED_TO_REF, axis=0))) if reasons.size else 0
-    if to_ref:
-        diags.append(diagnostic(Code.ATTRIBUTED_TO_REF, f"{to_ref} buckets"))
-    shared = int(np.sum(np.any(reasons == SHARED_WITH_REF, axis=0))) if reasons.size else 0
-    if shared:
-        diags.append(diagnostic(Code.SHARED_WITH_REF, f"{shared} buckets"))
+    for code, reason in ((Code.ATTRIBUTED_TO_REF, ATTRIBUTED_TO_REF), (Code.SHARED_WITH_REF, SHARED_WITH_REF)):
+        buckets = int(np.sum(np.any(reasons == reason, axis=0))) if reasons.size else 0
+        if buckets:
+            diags.append(diagnostic(code, f"{buckets} buckets"))
     if prod_dtype != dtype:
         declared = " (declared: Case.dtypes_may_differ)" if dtypes_may_differ else ""
         diags.append(diagnostic(Code.OUTPUT_DTYPE_DIFFERS, f"prod {prod_dtype}, ref {dtype}{declared}"))

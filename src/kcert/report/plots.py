@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 
 from ..certificate import BiasResult, BitwiseResult, VarianceResult
-from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, PASS, SHARED_WITH_REF, WARN
+from ..stats.bias import FAIL, PASS, REF_SIDE, WARN
 
 __all__ = [
     "bias_effects",
@@ -73,7 +73,7 @@ def bias_effects(result: BiasResult) -> bytes:
         title, up, down = _STAT_NAMES.get(t.statistic, (t.statistic, "+", "-"))
         signed = result.signed_effect_ulp(t)
         colour = np.full(x.shape, COLOURS["PASS"], dtype=object)
-        colour[(t.verdict == PASS) & np.isin(t.reason, (ATTRIBUTED_TO_REF, SHARED_WITH_REF))] = COLOURS["REF"]
+        colour[(t.verdict == PASS) & np.isin(t.reason, REF_SIDE)] = COLOURS["REF"]
         colour[t.verdict == WARN] = COLOURS["WARN"]
         colour[t.verdict == FAIL] = COLOURS["FAIL"]
         order = np.argsort(t.verdict, kind="stable")  # failing buckets drawn last, on top

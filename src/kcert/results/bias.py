@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnostics import Diagnostic
-from ..stats.bias import ATTRIBUTED_TO_REF, FAIL, REASON_TEXT, SHARED_WITH_REF, WARN, BucketTestResult
+from ..stats.bias import FAIL, REASON_TEXT, REF_SIDE, SHARED_WITH_REF, WARN, BucketTestResult
 from ..stats.thresholds import BiasThresholds
 from ..verdict import Verdict
 
@@ -129,7 +129,7 @@ class BiasResult:
     def attributed_to_ref(self) -> np.ndarray:
         """Per bucket: whether any statistic's PASS was attributed to ref's own bias (prod within the floor,
         or its bias shared with ref's)."""
-        return np.logical_or.reduce([np.isin(t.reason, (ATTRIBUTED_TO_REF, SHARED_WITH_REF)) for t in self.tests])
+        return np.logical_or.reduce([np.isin(t.reason, REF_SIDE) for t in self.tests])
 
     def shared_with_ref(self) -> np.ndarray:
         """Per bucket: whether any statistic's PASS rests on prod's own bias (above the floor) being a part of

@@ -41,6 +41,7 @@ IDENTICAL = 5
 UNTESTED = 6
 PROD_UNDER_FLOOR = 7
 SHARED_WITH_REF = 8
+REF_SIDE = (ATTRIBUTED_TO_REF, SHARED_WITH_REF)  # a significant bias judged ref's, not prod's: PASS
 REASON_TEXT = {
     NOT_SIGNIFICANT: "not significant",
     UNDER_EFFECT_FLOOR: "significant, standardized effect under s_min",
@@ -159,7 +160,7 @@ def judge_buckets(
     reason[zero_var & (mean == 0)] = IDENTICAL
     reason[~tested] = UNTESTED
 
-    review = significant & ~np.isin(reason, (ATTRIBUTED_TO_REF, SHARED_WITH_REF))
+    review = significant & ~np.isin(reason, REF_SIDE)
     if not thresholds.warn_below_floor:
         review &= ~np.isin(reason, (UNDER_ULP_FLOOR, PROD_UNDER_FLOOR))
     verdict = np.where(reason == DETECTED, FAIL, np.where(review, WARN, PASS)).astype(np.int8)
