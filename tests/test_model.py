@@ -175,3 +175,58 @@ def test_a_model_compiled_as_a_whole_is_matched_and_says_its_module_rows_run_eag
                                 modules=kcert.Modules(names=("layers.0.norm1",)), backward=False, **FAST)
     assert "prod_compiled_whole" not in plain.provenance
     assert not next(r for r in plain.rows if r.direction == "end to end").notes
+
+
+def test_max_time_bounds_the_whole_run_and_a_resume_finishes_it(tmp_path, monkeypatch):
+    """max_time is the whole call's budget, every row together (not each row's): past it the run stops
+    before the next row, naming it and the rows finished; their checkpoints let resume=True finish the run.
+    A fake clock that advances 100 s as each row starts makes the stop deterministic."""
+    import time as real_time
+
+    from kcert.errors import ModelTimeLimitReached
+    from kcert.model import engine
+
+    now = [0.0]
+    monkeypatch.setattr(engine, "time", types.SimpleNamespace(monotonic=lambda: now[0],
+                                                              perf_counter=real_time.perf_counter))
+
+    def advance(kind, detail):
+        if kind == "row":
+            now[0] += 100.0
+
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", EpsOutside)
+    options = dict(modules=kcert.Modules(names=("embed", "layers.0.norm1", "layers.0.norm2")), backward=False,
+                   end_to_end=False, checkpoint=tmp_path / "run.npz", **FAST)
+    with pytest.raises(ModelTimeLimitReached) as info:  # rows start at 0 s and 100 s; at 200 s none is left
+        kcert.certify_model(ref, prod, INPUTS, max_time=150, on_event=advance, **options)
+    stop = info.value
+    assert (stop.finished, stop.rows, stop.row, stop.done) == (2, 3, "layers.0.norm2 forward", 0)
+    assert "before row layers.0.norm2 forward started, 2 of 3 rows finished" in str(stop)
+    assert isinstance(stop, TimeoutError)  # as every kcert time limit
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.000-embed-forward.npz",
+                                                          "run.001-layers.0.norm1-forward.npz"]
+    done = kcert.certify_model(ref, prod, INPUTS, resume=True, **options)
+    assert [r.certificate.provenance.resumed is not None for r in done.rows] == [True, True, False]
+    assert done.first_failure.module == "layers.0.norm1"
+
+
+def test_a_row_stopped_by_its_time_limit_names_the_model_row(monkeypatch):
+    from kcert.errors import ModelTimeLimitReached, TimeLimitReached
+    from kcert.model import engine
+
+    calls = []
+
+    def certify(case, settings, **kwargs):
+        calls.append(settings.max_time)
+        raise TimeLimitReached(case.name, 5, 64, settings.max_time, None)
+
+    monkeypatch.setattr(engine, "certify", certify)
+    ref = tiny()
+    with pytest.raises(ModelTimeLimitReached) as info:
+        kcert.certify_model(ref, copy.deepcopy(ref), INPUTS, modules=kcert.Modules(names=("embed",)),
+                            backward=False, end_to_end=False, max_time=30, **FAST)
+    assert 0 < calls[0] <= 30  # the row is given what is left of the whole run's budget
+    assert (info.value.row, info.value.done, info.value.planned) == ("embed forward", 5, 64)
+    assert "in row embed forward after 5 of 64 planned replicates, 0 of 1 rows finished" in str(info.value)
+    assert "no checkpoint was given, so nothing is saved" in str(info.value)

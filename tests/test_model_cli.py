@@ -92,3 +92,13 @@ def test_a_pair_that_stops_unexpectedly_is_one_line_exit_2_and_ctrl_c_is_130(tmp
     assert main(["model", str(path), "-R", "8", "--checkpoint", str(tmp_path / "m.npz")]) == 130
     err = capsys.readouterr().err
     assert "interrupted in pair 'defect'" in err and "continue with --resume" in err
+
+
+def test_max_time_bounds_the_whole_command_and_exits_124(tmp_path, capsys):
+    path = _file(tmp_path)
+    code = main(["model", str(path), "-R", "64", "--no-peer-rules", "--max-time", "0.001", "--checkpoint",
+                 str(tmp_path / "m.npz")])
+    err = capsys.readouterr().err
+    assert code == 124, err
+    assert "--max-time" in err and "reached in pair 'defect' before row" in err and "(0 of " in err
+    assert "continue with --resume" in err

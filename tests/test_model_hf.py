@@ -1,6 +1,7 @@
 """kcert.certify_model on Hugging Face models built from tiny configs (random weights, no download):
 recorded HF keyword inputs (position embeddings, masks) replay, eager vs sdpa attention does not FAIL, and a
-key bias gradient that softmax cancels is left out of the backward row as vanishing (docs/model.md)."""
+key bias gradient that softmax cancels is left out of the backward row as vanishing, and so is the key third of
+a fused query-key-value bias, element by element (docs/model.md)."""
 
 import copy
 
@@ -60,4 +61,56 @@ def test_a_key_bias_gradient_that_vanishes_is_left_out_and_named():
     plain = backward_case()
     assert "grad_param__k_proj__bias" not in plain.backward.output_names
     assert {"grad_param__q_proj__bias", "grad_param__v_proj__bias"} <= set(plain.backward.output_names)
-    assert any("vanish in exact arithmetic" in n and "k_proj.bias" in n for n in plain.notes)
+    assert any("vanish in exact arithmetic" in n and "k_proj.bias" in n for n in plain.backward_notes)
+    assert not any("vanish" in n for n in plain.notes)  # the forward row's notes: nothing of the gradients
+
+
+def _gpt2_pair():
+    config = transformers.GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=128, n_positions=64,
+                                     attn_implementation="eager")
+    torch.manual_seed(0)
+    ref = transformers.GPT2Model(config).eval()
+    other = copy.deepcopy(config)
+    other._attn_implementation = "sdpa"
+    prod = transformers.GPT2Model(other).eval()
+    prod.load_state_dict(ref.state_dict())
+    return ref, prod
+
+
+def test_the_key_third_of_a_fused_qkv_bias_gradient_is_zeroed_and_the_rest_certified():
+    """GPT-2's c_attn adds one bias to queries, keys and values: softmax cancels its key third (zero gradient
+    in exact arithmetic, rounding noise in float32), the query and value thirds are real gradients. Before,
+    the whole tensor was certified and eager against sdpa FAILed on the noise (418 ULP on one channel)."""
+    from kcert.model.cases import VANISHING_DRAWS, module_cases
+    from kcert.model.select import match
+
+    ref, prod = _gpt2_pair()
+    m = match(ref, prod)
+    built = module_cases("", ref, ref, prod, INPUTS, {"use_cache": False}, torch.float32, 0, True, "gpt2")
+    back = built.backward
+    bias = back.output_names.index("grad_param__h__0__attn__c_attn__bias")
+    assert "grad_param__wte__weight" in back.output_names  # not vanishing: certified
+    note = next(n for n in built.backward_notes if n.startswith("elements of gradients that vanish"))
+    assert f"on {VANISHING_DRAWS} draws" in note and "h.0.attn.c_attn.bias (64 of 192)" in note
+    # the token embedding's rows no draw used are exactly zero, not rounding noise: never zeroed
+    assert "wte" not in note and "wpe" not in note
+    cotangent = torch.randn(1, 16, 64)
+    values = {"input_ids": torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(1)),
+              "cotangent": cotangent, **{k: p.value for k, p in back.weights.items()}}
+    from kcert.model.record import record
+    recorded = record(ref, ref, {"input_ids": values["input_ids"]}, "gpt2", {"use_cache": False})
+    layout_values = back.ref.kernel.fn.layout.flatten(recorded, "gpt2")
+    grads = back.ref(**{**values, **layout_values})
+    assert torch.equal(grads[bias][64:128], torch.zeros(64))  # the key third: zero on both sides
+    assert grads[bias][:64].abs().max() > 0 and grads[bias][128:].abs().max() > 0
+
+
+def test_gpt2_eager_vs_sdpa_backward_does_not_fail_on_the_cancelled_key_bias():
+    ref, prod = _gpt2_pair()
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("h.0.attn",)), dtype=torch.float32,
+                               end_to_end=False, replicates=64, peer_rules=False)
+    backward = cert.row("h.0.attn", "backward")
+    assert backward.verdict is not Verdict.FAIL, backward.figure
+    assert "grad_param__c_attn__bias" in {o.name for o in backward.certificate.outputs}
+    assert any("c_attn.bias (64 of 192)" in n for n in backward.notes)
+    assert not any("c_attn.bias" in n for n in cert.row("h.0.attn").notes)

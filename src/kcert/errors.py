@@ -126,3 +126,27 @@ class TimeLimitReached(KcertError, TimeoutError):
         super().__init__(f"case {case!r}: the time limit of {limit:g} s was reached after {done} of {planned} "
                          f"planned replicates{saved}")
         self.case, self.done, self.planned, self.limit, self.checkpoint = case, done, planned, limit, checkpoint
+
+
+class ModelTimeLimitReached(TimeLimitReached):
+    """``certify_model``'s time limit (``max_time``, ``kcert model --max-time``) was reached: it bounds the
+    whole call, every row together. Raised between rows, or in a row at a replicate boundary (that row's
+    state saved when the run has a checkpoint); finished rows keep their checkpoint files, so
+    ``resume=True`` continues the run where it stopped.
+
+    Attributes: those of :class:`TimeLimitReached` for the row it stopped in (``done`` 0 when it stopped
+    between rows), and ``model``, ``row`` (the row's label), ``finished`` and ``rows`` (rows finished, rows
+    in all)."""
+
+    def __init__(self, model: str, row: str, finished: int, rows: int, limit: float, checkpoint: str | None,
+                 stopped: TimeLimitReached | None = None):
+        where = (f"in row {row} after {stopped.done} of {stopped.planned} planned replicates" if stopped is not None
+                 else f"before row {row} started")
+        kept = "finished rows are" if stopped is None else "finished rows and the row in progress are"
+        saved = (f"; {kept} saved beside {checkpoint}: resume to continue" if checkpoint
+                 else "; no checkpoint was given, so nothing is saved")
+        KcertError.__init__(self, f"model {model!r}: the time limit of {limit:g} s for the whole run was reached "
+                                  f"{where}, {finished} of {rows} rows finished{saved}")
+        done, planned = (0, 0) if stopped is None else (stopped.done, stopped.planned)
+        self.case, self.done, self.planned, self.limit, self.checkpoint = row, done, planned, limit, checkpoint
+        self.model, self.row, self.finished, self.rows = model, row, finished, rows

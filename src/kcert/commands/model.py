@@ -91,7 +91,7 @@ def run(args) -> int:
     if problem:
         streams.error(problem)
         return EXIT_ERROR
-    from .runtime import set_threads
+    from .runtime import Clock, human, set_threads
 
     set_threads(args.threads)
     from ..errors import KcertError
@@ -118,10 +118,17 @@ def run(args) -> int:
         else:
             streams.out.print(report.headline(cert), highlight=False, markup=False, soft_wrap=True)
 
+    clock = Clock(args.max_time)  # --max-time bounds the whole command: every pair, every row
+
+    def ran_out(pair, exc) -> str:
+        where = f"in row {exc.row} after {exc.done} replicates" if exc.done else f"before row {exc.row}"
+        later = [p.name for p in pairs[pairs.index(pair) + 1:]]
+        return (f"--max-time {human(args.max_time)} reached in pair {pair.name!r} {where} ({exc.finished} of "
+                f"{exc.rows} rows finished)" + (f"; not started: {', '.join(later)}" if later else ""))
+
     outcomes, stop = session.each(
-        pairs, lambda pair: _certify(args, streams, pair, len(pairs), thresholds), lambda pair: f" in pair {pair.name!r}",
-        lambda: saved, render,
-        lambda pair, exc: f"--max-time reached in a row of pair {pair.name!r} after {exc.done} replicates")
+        pairs, lambda pair: _certify(args, streams, pair, len(pairs), thresholds, clock.remaining()),
+        lambda pair: f" in pair {pair.name!r}", lambda: saved, render, ran_out)
     if stop is not None:
         streams.note(stop.message)
         return stop.code
@@ -131,13 +138,16 @@ def run(args) -> int:
     return exit_code(outcomes, written)[0]
 
 
-def _certify(args, streams, pair, n_pairs: int, thresholds):
-    """One pair certified under its progress bar (its label names the row being certified)."""
+def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | None):
+    """One pair certified under its progress bar (its label names the row being certified); ``remaining``:
+    seconds left of --max-time (the pair stops before its first row when none are)."""
     from ..model import certify_model
     from .progress import replicates_bar
     from .session import checkpoint_path
 
     settings = settings_values(args)
+    if remaining is not None:
+        settings["max_time"] = max(remaining, 1e-3)
     if args.checkpoint:
         settings["checkpoint"] = checkpoint_path(args.checkpoint, pair.name, n_pairs)
     options = dict(pair.options)  # the pair's own, unless the command line turns a part off

@@ -11,11 +11,17 @@ float64 gradient, on the first replicate's recording, is at most :data:`VANISHIN
 largest gradient (a key projection's bias inside attention: softmax cancels a shift shared by every
 score of a query) is pure rounding noise in any precision; kcert's harm scale (ULPs of each output's own
 magnitude) would judge that noise against a zero signal. Such gradients are left out of the backward
-case and listed in the row's notes.
+case and listed in the row's notes. The same holds for *elements* of a parameter's gradient (a fused
+query-key-value projection's bias, GPT-2's ``c_attn``: its key third vanishes, its query and value thirds
+do not): an element whose float64 gradient is at most :data:`VANISHING` times the module's largest on each
+of :data:`VANISHING_DRAWS` draws, and not exactly zero on all of them (an embedding row of a token no draw
+used is exactly zero, and certified as usual), is set to zero on both sides (ref, prod and the oracle), and
+the row's notes count it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +40,9 @@ from ..execution.realmode import RealMode, in_mode
 from .record import RECORDING, SHARED, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
 
 VANISHING = 1e-9  # float64 gradient / the module's largest: zero up to float64 round-off (about 1e-16)
+# draws an element of a parameter's gradient must vanish on (each with its own cotangent) to be left out: a
+# genuine gradient element is under 1e-9 x the module's largest on one draw by chance about once in 1e9
+VANISHING_DRAWS = 3
 
 
 def param_key(name: str) -> str:
@@ -168,8 +177,9 @@ class ModuleCases:
     backward: Case | None
     forward_skipped: str | None
     backward_skipped: str | None
-    notes: tuple[str, ...]
+    notes: tuple[str, ...]  # both rows'
     recorder: Recorder
+    backward_notes: tuple[str, ...] = ()  # the backward row's alone (what its gradients leave out)
 
 
 def _shared_params(ref_mod: nn.Module, prod_mod: nn.Module) -> tuple[dict, str | None]:
@@ -243,8 +253,13 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
                    description=f"{kind} {name!r} on ref's recorded inputs ({type(prod_mod).__name__} as prod)")
     if not backward:
         return ModuleCases(forward, None, None, "backward not asked for", tuple(notes), recorder)
-    back, reason, more = _backward_case(forward, layout, trial, params, paths, common, where)
-    return ModuleCases(forward, back, None, reason, tuple(notes + more), recorder)
+    def trial_of(replicate: int) -> dict:  # the values of another draw, recorded as the first
+        drawn = draw_model_inputs(inputs, seeding.generator(seed, seeding.INPUTS, replicate), cpu, dtype)
+        return {**layout.flatten(record(ref_model, ref_mod, drawn, where, extra), where),
+                **{param_key(p): v for p, v in param_values.items()}}
+
+    back, reason, more = _backward_case(forward, layout, trial, params, paths, common, where, trial_of)
+    return ModuleCases(forward, back, None, reason, tuple(notes), recorder, tuple(more))
 
 
 def _run(kernel: Callable, values: dict, grad: bool = False):
@@ -252,38 +267,81 @@ def _run(kernel: Callable, values: dict, grad: bool = False):
         return kernel(**values)
 
 
-def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, paths, names, where):
-    """The gradient case of ``forward``: floating activations and parameters that reach an output and
-    whose exact gradient does not vanish; (None, reason, notes) when nothing is left."""
-    candidates = sorted(layout.activations, key=list(forward.inputs).index) + [param_key(p) for p in params]
+def _exact_gradients(forward: Case, trial: dict, candidates: list[str], names, draw: int):
+    """ref's float64 gradients on one draw's recording for one cotangent (drawn from ``draw``): (the names of
+    the outputs that have a gradient, {candidate: its gradient or None when no output depends on it})."""
     exact = {k: v.detach().to(torch.float64) if v.is_floating_point() else v for k, v in trial.items()}
     leaves = {k: exact[k].clone().requires_grad_() for k in candidates}
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(draw)
+    with RealMode(torch.float64), torch.enable_grad():
+        outs = forward.ref(**{**exact, **leaves})
+        live = [(o, n) for o, n in zip(outs, names) if o.requires_grad]
+        if not live:
+            return [], {}
+        cot = [torch.randn(o.shape, generator=g, dtype=torch.float64) + 0.1 for o, _ in live]
+        grads = torch.autograd.grad([o for o, _ in live], list(leaves.values()), cot, allow_unused=True)
+    return [n for _, n in live], dict(zip(leaves, grads))
+
+
+def _largest(grads: Mapping) -> float:
+    return max((float(gr.abs().max()) for gr in grads.values() if gr is not None and gr.numel()), default=0.0)
+
+
+def _vanishing_elements(forward: Case, first: Mapping, keys: list[str], names, trial_of) -> dict[str, torch.Tensor]:
+    """Per parameter in ``keys``: the elements of its gradient that vanish in exact arithmetic, as a bool mask
+    (only parameters with some): at most VANISHING x the module's largest gradient on each of VANISHING_DRAWS
+    draws (``first``: the first draw's gradients) and not exactly zero on every one. Parameters only: an
+    activation's elements change meaning from draw to draw (positions, tokens)."""
+    scale = _largest(first)
+    tiny = {k: first[k].abs() <= VANISHING * scale for k in keys if k.startswith("param__")}
+    tiny = {k: m for k, m in tiny.items() if bool(m.any())}
+    if not tiny:
+        return {}
+    nonzero = {k: first[k] != 0 for k in tiny}
+    for draw in range(1, VANISHING_DRAWS):
+        _, grads = _exact_gradients(forward, trial_of(draw), list(first), names, draw)
+        scale = _largest(grads)
+        for k in tiny:
+            tiny[k] &= grads[k].abs() <= VANISHING * scale
+            nonzero[k] |= grads[k] != 0
+    masks = {k: tiny[k] & nonzero[k] for k in tiny}
+    return {k: m for k, m in masks.items() if bool(m.any())}
+
+
+def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, paths, names, where, trial_of):
+    """The gradient case of ``forward``: floating activations and parameters that reach an output and
+    whose exact gradient does not vanish (elements of a parameter's gradient that vanish set to zero on both
+    sides); (None, reason, notes) when nothing is left. ``trial_of(r)``: the case's values of draw ``r``."""
+    candidates = sorted(layout.activations, key=list(forward.inputs).index) + [param_key(p) for p in params]
     try:  # ref's exact gradients on the first replicate's recording, for one cotangent
-        with RealMode(torch.float64), torch.enable_grad():
-            outs = forward.ref(**{**exact, **leaves})
-            live = [(o, n) for o, n in zip(outs, names) if o.requires_grad]
-            if not live:
-                return None, "no output depends on a floating input or parameter (nothing to differentiate)", []
-            cot = [torch.randn(o.shape, generator=g, dtype=torch.float64) + 0.1 for o, _ in live]
-            grads = torch.autograd.grad([o for o, _ in live], list(leaves.values()), cot, allow_unused=True)
+        live_names, grads = _exact_gradients(forward, trial, candidates, names, 0)
+        if not live_names:
+            return None, "no output depends on a floating input or parameter (nothing to differentiate)", []
+        size = {k: (0.0 if gr is None else float(gr.abs().max())) for k, gr in grads.items()}
+        scale = max(size.values(), default=0.0)
+        unused = [k for k in candidates if grads[k] is None]
+        vanishing = [k for k in candidates if k not in unused and size[k] <= VANISHING * scale]
+        wrt = [k for k in candidates if k not in unused and k not in vanishing]
+        masks = _vanishing_elements(forward, grads, wrt, names, trial_of)
     except Exception as exc:  # noqa: BLE001 - reported in the row: the backward case cannot be built
         return None, f"the float64 gradient of ref could not be evaluated: {type(exc).__name__}: {exc}", []
-    size = {k: (0.0 if gr is None else float(gr.abs().max())) for k, gr in zip(leaves, grads)}
-    scale = max(size.values(), default=0.0)
-    unused = [k for k, gr in zip(leaves, grads) if gr is None]
-    vanishing = [k for k in leaves if k not in unused and size[k] <= VANISHING * scale]
-    wrt = [k for k in leaves if k not in unused and k not in vanishing]
     notes = []
     if unused:
         notes.append("inputs and parameters no output depends on, not differentiated: "
                      + ", ".join(_pretty(k) for k in unused))
+    whole = [k for k, m in masks.items() if bool(m.all())]  # every element vanishes on every draw
+    vanishing += whole
+    wrt = [k for k in wrt if k not in whole]
+    masks = {k: m for k, m in masks.items() if k not in whole}
     if vanishing:
         notes.append("gradients that vanish in exact arithmetic, not certified (float64 |grad| <= "
                      f"{VANISHING:g} x the module's largest): " + ", ".join(_pretty(k) for k in vanishing))
+    if masks:
+        notes.append(f"elements of gradients that vanish in exact arithmetic (float64 |grad| <= {VANISHING:g} x the "
+                     f"module's largest on {VANISHING_DRAWS} draws), set to zero on both sides, not certified: "
+                     + ", ".join(f"{_pretty(k)} ({int(m.sum())} of {m.numel()})" for k, m in masks.items()))
     if not wrt:
         return None, "every gradient is unused or vanishes in exact arithmetic", notes
-    live_names = [n for _, n in live]
     if len(live_names) != len(names):
         notes.append("outputs without a gradient (computed without autograd), left out of the backward row: "
                      + ", ".join(n for n in names if n not in live_names))
@@ -295,7 +353,22 @@ def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, 
         back = gradients(forward, wrt=tuple(wrt), include_forward=False, name=f"{forward.name}:grad")
     except CaseError as exc:
         return None, f"kcert.gradients refused the module: {exc}", notes
+    if masks:
+        zeroed = tuple(masks.get(k) for k in wrt)  # the backward case's outputs are grad_<k>, in wrt's order
+        back = dataclasses.replace(back, ref=_Zeroed(back.ref, zeroed), prod=_Zeroed(back.prod, zeroed))
     return back, None, notes
+
+
+@dataclass(frozen=True, eq=False)
+class _Zeroed:
+    """A gradient kernel whose outputs have the elements under ``masks`` set to zero (None: left as they are)."""
+
+    kernel: Callable
+    masks: tuple
+
+    def __call__(self, **kwargs):
+        out = self.kernel(**kwargs)
+        return tuple(o if m is None else o.masked_fill(m.to(o.device), 0) for o, m in zip(out, self.masks))
 
 
 @dataclass(frozen=True, eq=False)

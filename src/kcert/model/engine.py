@@ -16,8 +16,8 @@ from torch import nn
 
 from ..case import Probe
 from ..certification import certify
-from ..errors import CaseError, KcertError
-from ..execution import seeding
+from ..errors import CaseError, KcertError, ModelTimeLimitReached, TimeLimitReached
+from ..execution import distributed, seeding
 from ..settings import Settings
 from .cases import end_to_end_case, module_cases
 from .interpreter import interpreter_compat, triton_launches
@@ -125,9 +125,10 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     name : str, default "model"
     settings, progress, on_event, **overrides
         As :func:`kcert.certify`, for every row, except that the algebra gate's symbolic proof is off unless
-        ``algebra_proof=True`` is given (modules close over their sizes, so it is rarely reached and costly); a ``checkpoint`` is one file per row beside it
-        (``stem.<index>-<module>-<direction>.npz``), so ``resume=True`` continues an interrupted run row by
-        row. ``on_event("row", {...})`` is told each row as it starts.
+        ``algebra_proof=True`` is given (modules close over their sizes, so it is rarely reached and costly); a
+        ``checkpoint`` is one file per row beside it (``stem.<index>-<module>-<direction>.npz``), so
+        ``resume=True`` continues an interrupted run row by row; ``max_time`` bounds the whole call, every row
+        together. ``on_event("row", {...})`` is told each row as it starts.
 
     Returns
     -------
@@ -141,6 +142,9 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         A model that is not a module, inputs that are not probes, a selection that matches no module.
     kcert.KernelError
         ref_model does not run on the inputs, or a module raises on the recorded inputs.
+    kcert.errors.ModelTimeLimitReached
+        ``max_time`` ran out (between rows, or in a row at a replicate boundary): not a verdict; with a
+        ``checkpoint``, ``resume=True`` continues from the rows and the state saved.
     kcert.errors.TritonPrecisionError
         In Triton's CPU interpreter (``TRITON_INTERPRET=1``), a bfloat16 or float16 pair whose prod launches
         a Triton kernel (the interpreter computes low precision wrongly: certify float32 copies there). Every
@@ -191,14 +195,28 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     rows: list[ModuleRow] = []
     total = len(plan) * (2 if backward else 1) + bool(end_to_end)
 
+    deadline = None if settings.max_time is None else time.monotonic() + settings.max_time  # the whole call's
+
     def run(case, module, direction, order, kind, prod_kind, notes):
         index = len(rows)
+        label = f"{module or '(model)'} {direction}"
+        path = row_checkpoint(settings.checkpoint, index, module, direction)
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and distributed.current().broadcast(left <= 0):  # rank 0's clock decides for all
+            raise ModelTimeLimitReached(name, label, index, total, settings.max_time, settings.checkpoint)
         if on_event is not None:
             on_event("row", {"module": module, "direction": direction, "index": index, "rows": total})
-        row_settings = dataclasses.replace(
-            settings, checkpoint=row_checkpoint(settings.checkpoint, index, module, direction),
-            command=settings.command)
-        cert = certify(case, row_settings, progress=progress, on_event=on_event)
+        # a resumed run continues each row from its file; a row the interrupted run never started has none and
+        # starts afresh (rank 0 looks: it is the rank that reads checkpoints)
+        fresh = settings.resume and distributed.current().broadcast(path is None or not Path(path).exists())
+        row_settings = dataclasses.replace(settings, checkpoint=path, command=settings.command,
+                                           resume=settings.resume and not fresh,
+                                           max_time=None if left is None else max(left, 1e-3))
+        try:
+            cert = certify(case, row_settings, progress=progress, on_event=on_event)
+        except TimeLimitReached as exc:
+            raise ModelTimeLimitReached(name, label, index, total, settings.max_time, settings.checkpoint,
+                                        exc) from exc
         rows.append(ModuleRow(module, kind, prod_kind, direction, order, cert, None, tuple(notes)))
 
     launched = triton_launches(prod_model, kwargs, extra, dtype, name)
@@ -246,9 +264,10 @@ def _module_rows(run, rows, module, order, built, matching, found, backward) -> 
         run(built.forward, module, "forward", order, kind, prod_kind, notes)
     if backward:
         if built.backward is None:
-            rows.append(ModuleRow(module, kind, prod_kind, "backward", order, None, built.backward_skipped, notes))
+            rows.append(ModuleRow(module, kind, prod_kind, "backward", order, None, built.backward_skipped,
+                                  notes + built.backward_notes))
         else:
-            run(built.backward, module, "backward", order, kind, prod_kind, notes)
+            run(built.backward, module, "backward", order, kind, prod_kind, notes + built.backward_notes)
 
 
 def _few(names: list[str], limit: int = 8) -> str:
