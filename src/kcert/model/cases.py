@@ -37,6 +37,7 @@ from ..case import Axes, Case, Fixed, Probe
 from ..errors import CaseError, KernelError
 from ..execution import seeding
 from ..execution.realmode import RealMode, in_mode
+from .padding import VALID, masked
 from .record import RECORDING, SHARED, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
 
 VANISHING = 1e-9  # float64 gradient / the module's largest: zero up to float64 round-off (about 1e-16)
@@ -98,11 +99,13 @@ class ModuleCall:
 
     def __call__(self, **kwargs):
         kwargs.pop(RECORDING, None)
-        if self.memo is not None:
-            kept = _recorded_outputs(self, kwargs)
-            if kept is not None:
-                return kept
-        values = {k: in_mode(v) for k, v in kwargs.items()}
+        valid = kwargs.get(VALID)  # the replicate's padding mask, when the model inputs have one (model/padding.py)
+        kept = _recorded_outputs(self, kwargs) if self.memo is not None else None
+        return masked(kept if kept is not None else self._own(kwargs), valid)
+
+    def _own(self, kwargs: Mapping) -> tuple:
+        """The module called on ``kwargs`` (padding not applied)."""
+        values = {k: in_mode(v) for k, v in kwargs.items() if k != VALID}
         args, kw = self.layout.rebuild(values)
         out = call_module(self.module, {p: values[param_key(p)] for p in self.params}, args, kw)
         picked = self.pick(out)
@@ -165,8 +168,7 @@ def _recorded_outputs(call: ModuleCall, kwargs: dict) -> tuple | None:
     prefix = "_orig_mod." if isinstance(getattr(call.module, "_orig_mod", None), nn.Module) else ""
     if any(not _same_bits(kwargs.get(param_key(p)), call.module.get_parameter(prefix + p)) for p in call.params):
         return None
-    return _checked_once(call, outputs,
-                         lambda: ModuleCall(call.module, call.layout, call.params, call.outputs, call.name)(**kwargs))
+    return _checked_once(call, outputs, lambda: call._own(kwargs))
 
 
 @dataclass(frozen=True)
@@ -193,11 +195,13 @@ def _shared_params(ref_mod: nn.Module, prod_mod: nn.Module) -> tuple[dict, str |
 
 def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: nn.Module,
                  inputs: Mapping[str, Probe], extra: Mapping, dtype: torch.dtype, seed: int, backward: bool,
-                 case_name: str, copies: dict[int, torch.Tensor] | None = None) -> ModuleCases:
+                 case_name: str, copies: dict[int, torch.Tensor] | None = None,
+                 padding: str | None = None) -> ModuleCases:
     """The forward and backward cases of module ``name`` (either None with the reason when it cannot be
     certified: no floating output in both models, nothing to differentiate). ``copies`` (id of a parameter ->
     its copy) shares the weights' copies between the cases of one run, all built before its rows: one copy
-    per parameter, not one per selected module that contains it."""
+    per parameter, not one per selected module that contains it. ``padding``: the model input that marks
+    padded positions (model/padding.py), whose outputs are zeroed on both sides."""
     where = f"module {name!r}"
     cpu = torch.device("cpu")
     g = seeding.generator(seed, seeding.INPUTS, 0)
@@ -207,6 +211,8 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
     layout = layout_of(ref_mod, recorded, grad_recorded, where)
     del grad_recorded
     values = layout.flatten(recorded, where)
+    if padding is not None:
+        values[VALID] = kwargs[padding]
     params, param_note = _shared_params(ref_mod, prod_mod)
     copies = {} if copies is None else copies
     for v in params.values():
@@ -236,7 +242,7 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
         notes.append("outputs not in both models, not compared: " + ", ".join(
             f"{k} ({'ref' if k in outs['ref'] else 'prod'} only)" for k in only))
     slot = Slot()
-    recorder = Recorder(ref_model, ref_mod, inputs, extra, layout, slot, dtype, where)
+    recorder = Recorder(ref_model, ref_mod, inputs, extra, layout, slot, dtype, where, padding)
     shapes = {k: tuple(v.shape) for k, v in values.items()}
     probes = recorded_probes(recorder, shapes)
     if not common:
@@ -256,6 +262,7 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
     def trial_of(replicate: int) -> dict:  # the values of another draw, recorded as the first
         drawn = draw_model_inputs(inputs, seeding.generator(seed, seeding.INPUTS, replicate), cpu, dtype)
         return {**layout.flatten(record(ref_model, ref_mod, drawn, where, extra), where),
+                **({VALID: drawn[padding]} if padding is not None else {}),
                 **{param_key(p): v for p, v in param_values.items()}}
 
     back, reason, more = _backward_case(forward, layout, trial, params, paths, common, where, trial_of)
@@ -396,6 +403,7 @@ class ModelCall:
     outputs: tuple[tuple, ...]
     loss: Callable | None
     extra: Mapping
+    padding: str | None = None  # the input marking padded positions: the outputs are zeroed there (model/padding.py)
 
     def pick(self, out, kwargs: Mapping) -> tuple:
         """The certified outputs out of the model's whole output on ``kwargs`` (the loss computed on it)."""
@@ -409,7 +417,8 @@ class ModelCall:
 
     def __call__(self, **kwargs):
         kept = _kept_model_outputs(self, kwargs)
-        return kept if kept is not None else self.compute(kwargs)
+        out = kept if kept is not None else self.compute(kwargs)
+        return masked(out, None if self.padding is None else kwargs[self.padding])
 
     def compute(self, kwargs: Mapping) -> tuple:
         """The model run on ``kwargs`` (in the current evaluation's precision) and its outputs picked."""
@@ -431,8 +440,10 @@ def _kept_model_outputs(call: ModelCall, kwargs: dict) -> tuple | None:
 
 
 def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], extra: Mapping,
-                    loss: Callable | None, dtype: torch.dtype, seed: int, case_name: str) -> Case:
-    """The model's own outputs (logits when it has them, else its floating outputs; the loss when given)."""
+                    loss: Callable | None, dtype: torch.dtype, seed: int, case_name: str,
+                    padding: str | None = None) -> Case:
+    """The model's own outputs (logits when it has them, else its floating outputs; the loss when given), zeroed
+    at the padded positions of ``padding`` (the loss is the user's: it masks padding as training does)."""
     g = seeding.generator(seed, seeding.INPUTS, 0)
     kwargs = draw_model_inputs(inputs, g, torch.device("cpu"), dtype)
     try:
@@ -447,8 +458,8 @@ def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping
     names = list(found) + (["loss"] if loss is not None else [])
     shapes = [_pick(out, p).dim() for p in found.values()] + ([0] if loss is not None else [])
     buckets = [Axes(-1) if d else Axes() for d in shapes]
-    return Case(name=f"{case_name}:end to end", ref=ModelCall(ref_model, tuple(found.values()), loss, extra),
-                prod=ModelCall(prod_model, tuple(found.values()), loss, extra), inputs=dict(inputs),
+    return Case(name=f"{case_name}:end to end", ref=ModelCall(ref_model, tuple(found.values()), loss, extra, padding),
+                prod=ModelCall(prod_model, tuple(found.values()), loss, extra, padding), inputs=dict(inputs),
                 buckets=buckets, dtype=dtype, output_names=names,
                 description="the whole model on the drawn inputs (errors of every module, propagated)")
 

@@ -21,6 +21,8 @@ from ..execution import distributed, seeding
 from ..settings import Settings
 from .cases import end_to_end_case, module_cases
 from .interpreter import interpreter_compat, triton_launches
+from .padding import DEFAULT as PADDING
+from .padding import resolve as resolve_padding
 from .record import draw_model_inputs
 from .results import ModelCertificate, ModuleRow
 from .select import COMPILED, Modules, match, never_ran, select, trace
@@ -96,7 +98,7 @@ def row_checkpoint(path: str | None, index: int, module: str, direction: str) ->
 def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], *,
                   modules: Modules | None = None, backward: bool = True, end_to_end: bool = True,
                   loss: Callable[[Any, dict], torch.Tensor] | None = None, dtype: torch.dtype = torch.bfloat16,
-                  name: str = "model", settings: Settings | int | None = None,
+                  name: str = "model", padding: str | None = PADDING, settings: Settings | int | None = None,
                   progress: Callable[[int, int], None] | None = None,
                   on_event: Callable[[str, dict], None] | None = None, **overrides) -> ModelCertificate:
     """Certify a model pair module by module: each selected module of prod against ref's module of the same
@@ -123,6 +125,11 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     dtype : torch.dtype, default torch.bfloat16
         The working precision floating probes are rounded to (the models' own dtype).
     name : str, default "model"
+    padding : str or None, default "attention_mask"
+        The input that marks padded positions (a (batch, positions) tensor, 0 at padding), when the inputs have
+        it: every certified output whose leading axes are (batch, positions) is set to zero there on both sides,
+        so nothing is compared and no gradient flows from where training has none (docs/model.md, "Padded
+        batches"). None: every position is compared.
     settings, progress, on_event, **overrides
         As :func:`kcert.certify`, for every row, except that the algebra gate's symbolic proof is off unless
         ``algebra_proof=True`` is given (modules close over their sizes, so it is rarely reached and costly); a
@@ -178,6 +185,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     matching = match(ref_model, prod_model)
     kwargs = draw_model_inputs(inputs, seeding.generator(settings.seed, seeding.INPUTS, 0), torch.device("cpu"),
                                dtype)
+    padding = resolve_padding(inputs, padding, kwargs, f"certify_model({name!r})")
     try:
         with interpreter_compat():
             found = trace(ref_model, matching.ref, {**kwargs, **extra})
@@ -226,8 +234,8 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         for module in plan:
             ref_mod, prod_mod = matching.ref[module], matching.prod[module]
             built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
-                                          backward, name, copies))
-        whole = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name) \
+                                          backward, name, copies, padding))
+        whole = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name, padding) \
             if end_to_end else None
         pickers = [b.forward.ref.pick if b.forward is not None and REUSE_REF_OUTPUTS else None for b in built_all]
         model_pick = whole.ref.pick if whole is not None and REUSE_REF_OUTPUTS else None
@@ -243,7 +251,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     provenance = {"seed": settings.seed, "replicates": settings.replicates, "dtype": str(dtype).removeprefix("torch."),
                   "inputs": {k: p.describe() for k, p in inputs.items()}, "wall_time_s": time.perf_counter() - start,
                   "command": settings.command, "selected": len(chosen), "modules_ref": len(matching.ref),
-                  "modules_prod": len(matching.prod)}
+                  "modules_prod": len(matching.prod), "padding": padding}
     if launched:
         provenance["triton_interpreter"] = launched
     if compiled_whole:

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from ..case import Case
 from ..errors import CaseError
+from ..execution import seeding
 from .cases import module_cases
 from .engine import forward_extras
+from .padding import DEFAULT as PADDING
+from .padding import resolve as resolve_padding
+from .record import draw_model_inputs
 from .pair import ModelPair, load_pairs
 from .select import match
 
@@ -34,8 +39,11 @@ def pair_case(pair: ModelPair, module: str, direction: str = "forward", seed: in
             raise CaseError(f"pair {pair.name!r}: {role} has no module {module!r}; its modules are "
                             f"{', '.join(list(names)[:8])}{' ...' if len(names) > 8 else ''}")
     ref_mod: nn.Module = matching.ref[module]
+    drawn = draw_model_inputs(pair.inputs, seeding.generator(seed, seeding.INPUTS, 0), torch.device("cpu"), pair.dtype)
+    padding = resolve_padding(pair.inputs, pair.options.get("padding", PADDING), drawn, f"pair {pair.name!r}")
     built = module_cases(module, pair.ref, ref_mod, matching.prod[module], dict(pair.inputs),
-                         forward_extras(pair.ref, pair.inputs), pair.dtype, seed, direction == "backward", pair.name)
+                         forward_extras(pair.ref, pair.inputs), pair.dtype, seed, direction == "backward", pair.name,
+                         padding=padding)
     case = built.forward if direction == "forward" else built.backward
     if case is None:
         why = built.forward_skipped if direction == "forward" else built.backward_skipped

@@ -21,6 +21,7 @@ from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten
 
 from ..case import Custom, Probe
 from ..errors import CaseError, KernelError
+from .padding import VALID
 
 RECORDING = "model_inputs"  # the name of the probe that runs the recording forward
 
@@ -81,7 +82,7 @@ def leaf_names(module: nn.Module, paths) -> list[str]:
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
-    names, taken = [], {RECORDING}
+    names, taken = [], {RECORDING, VALID}
     for path in paths:
         keys = [getattr(k, "idx", getattr(k, "key", getattr(k, "name", None))) for k in path]
         head = keys[1] if len(keys) > 1 else "arg"
@@ -214,6 +215,7 @@ class Recorder:
     slot: Slot
     dtype: torch.dtype
     where: str
+    padding: str | None = None  # the model input marking padded positions, handed on as VALID (model/padding.py)
 
     def __call__(self, generator, device):
         kwargs = draw_model_inputs(self.inputs, generator, device, self.dtype)
@@ -223,6 +225,8 @@ class Recorder:
         if values is None:  # no store, or one that does not hold this module: its own recording forward
             values = self.layout.flatten(record(self.ref_model, self.module, kwargs, self.where, self.extra),
                                          self.where)
+        if self.padding is not None:
+            values = {**values, VALID: kwargs[self.padding]}
         self.slot.put(values, outputs)
         return torch.zeros((), dtype=torch.int64, device=device)  # a token: the kernels ignore it
 
@@ -268,4 +272,7 @@ def recorded_probes(recorder: Recorder, shapes: Mapping[str, tuple]) -> dict[str
         if name is not None:
             probes[name] = RecordedLeaf(Take(recorder.slot, name), f"{name} recorded from ref",
                                         tuple(shapes[name]), name in recorder.layout.activations)
+    if recorder.padding is not None:
+        probes[VALID] = RecordedLeaf(Take(recorder.slot, VALID), f"the model input {recorder.padding!r} (padding)",
+                                     tuple(shapes[VALID]))
     return probes

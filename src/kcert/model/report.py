@@ -55,6 +55,11 @@ def render(cert: ModelCertificate, console) -> None:
         t.add_row(name, kind, row.direction, Text(row.verdict.value, style=_RICH[row.verdict]),
                   row.deciding_gate or "", figure)
     console.print(t)
+    padding = cert.provenance.get("padding")
+    if padding:
+        console.print(Text(f"padding: positions where {padding} is 0 are zeroed on both sides in every output led by "
+                           "(batch, positions): not compared, no gradient from them (docs/model.md, Padded batches)"),
+                      soft_wrap=True)
     if cert.unmatched:
         console.print(Text(f"unmatched modules (not certified; the verdict is at least WARN): "
                            + ", ".join(f"{n} ({m} only)" for m, n in cert.unmatched), style="yellow"), soft_wrap=True)
