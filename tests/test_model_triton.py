@@ -1,7 +1,8 @@
 """``kcert.certify_model`` on a model with a Triton kernel inside, in the CPU interpreter (docs/model.md,
 "Triton kernels inside a model"): the rows run inside ``interpreter_compat`` (the kernel pins its float
 argument with ``eps.to(tl.float32)``, which the interpreter as shipped refuses), the certificate names the
-kernels prod launches, and a bfloat16 pair whose prod launches one is refused before any row."""
+kernels prod launches, a bfloat16 pair whose prod launches one is refused before any row, and a patch that
+reached ref too (ref launches the kernel) is named and holds the verdict at WARN."""
 
 import copy
 
@@ -82,3 +83,32 @@ def test_without_triton_kernels_the_interpreter_changes_nothing(pair):
                                dtype=torch.bfloat16, backward=False, end_to_end=False, replicates=16,
                                max_replicates=16, peer_rules=False)
     assert "triton_interpreter" not in cert.provenance
+
+
+def test_a_patch_that_reached_ref_too_is_named_and_holds_the_verdict_at_warn(pair, monkeypatch):
+    """A library that patches a function of the architecture's module (Liger's apply_rotary_pos_emb) patches ref
+    as well: the rows then compare the Triton kernel with itself. Seen by counting ref's launches too."""
+    ref, prod = pair
+    monkeypatch.setattr(Scale, "forward", TritonScale.forward)  # the class both models use, patched
+    monkeypatch.setattr(Scale, "kernel", TritonScale.kernel, raising=False)
+    cert = kcert.certify_model(ref, prod, {"input": kcert.Gaussian((4, 16))}, dtype=torch.float32, backward=False,
+                               end_to_end=False, modules=kcert.Modules(names=("0",)), replicates=16,
+                               max_replicates=16, peer_rules=False)
+    assert cert.provenance["ref_triton_interpreter"] == ["scale_rows"]
+    assert cert.warnings and "ref_model launches Triton kernels too (scale_rows)" in cert.warnings[0]
+    assert cert.row("0").verdict is not kcert.Verdict.FAIL  # the Linear itself: the same on both sides
+    assert cert.verdict is kcert.Verdict.WARN
+    from kcert.model.results import ModelCertificate, ModuleRow
+    skipped = (ModuleRow("0", "Linear", "Linear", "forward", 0, skipped_reason="x"),)
+    assert ModelCertificate("m", skipped, warnings=cert.warnings).verdict is kcert.Verdict.WARN  # the warning's doing
+    assert ModelCertificate("m", skipped).verdict is kcert.Verdict.SKIPPED
+    from kcert.model.report import to_json
+    assert to_json(cert)["warnings"] == list(cert.warnings)
+
+
+def test_a_model_pair_without_a_shared_patch_has_no_warning(pair):
+    ref, prod = pair
+    cert = kcert.certify_model(ref, prod, {"input": kcert.Gaussian((4, 16))}, dtype=torch.float32, backward=False,
+                               end_to_end=False, modules=kcert.Modules(names=("0",)), replicates=16,
+                               max_replicates=16, peer_rules=False)
+    assert cert.warnings == () and "ref_triton_interpreter" not in cert.provenance

@@ -20,7 +20,7 @@ from ..errors import CaseError, KcertError, ModelTimeLimitReached, TimeLimitReac
 from ..execution import distributed, seeding
 from ..settings import Settings
 from .cases import end_to_end_case, module_cases
-from .interpreter import interpreter_compat, triton_launches
+from .interpreter import interpreter_compat, shared_patch_warning, triton_launches
 from .padding import DEFAULT as PADDING
 from .padding import resolve as resolve_padding
 from .record import draw_model_inputs
@@ -227,7 +227,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                                         exc) from exc
         rows.append(ModuleRow(module, kind, prod_kind, direction, order, cert, None, tuple(notes)))
 
-    launched = triton_launches(prod_model, kwargs, extra, dtype, name)
+    launched, ref_launched = triton_launches(prod_model, kwargs, extra, dtype, name, ref_model)
     compiled_whole = isinstance(getattr(prod_model, COMPILED, None), nn.Module)
     with interpreter_compat():  # Triton kernels inside the models, on a CPU (model/interpreter.py); no-op elsewhere
         built_all, copies = [], {}  # every module's cases first: the store needs every layout before the first row
@@ -254,9 +254,13 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                   "modules_prod": len(matching.prod), "padding": padding}
     if launched:
         provenance["triton_interpreter"] = launched
+    if ref_launched:
+        provenance["ref_triton_interpreter"] = ref_launched
     if compiled_whole:
         provenance["prod_compiled_whole"] = True
-    return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance)
+    warning = shared_patch_warning(ref_launched)
+    return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance,
+                            (warning,) if warning else ())
 
 
 def _module_rows(run, rows, module, order, built, matching, found, backward) -> None:

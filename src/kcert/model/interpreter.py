@@ -21,25 +21,46 @@ from ..errors import KernelError, TritonPrecisionError
 
 
 def triton_launches(prod_model: nn.Module, kwargs: Mapping, extra: Mapping, dtype: torch.dtype,
-                    name: str) -> list[str]:
-    """The Triton kernels one forward of ``prod_model`` launches in the interpreter, each named once in
-    launch order (none outside the interpreter: nothing is run then). Refuses a low-precision ``dtype``
-    when there is one (:class:`kcert.TritonPrecisionError`)."""
+                    name: str, ref_model: nn.Module | None = None) -> tuple[list[str], list[str]]:
+    """The Triton kernels one forward of ``prod_model`` launches in the interpreter, and those one forward of
+    ``ref_model`` launches, each named once in launch order (none outside the interpreter: nothing is run then).
+    ref launching any is a patch that reached both models (a fused-kernel library that replaces a function of
+    the architecture's module, not of one model: Liger's ``apply_rotary_pos_emb``): the rows that run it compare
+    it with itself, and :func:`shared_patch_warning` says so. Refuses a low-precision ``dtype`` when either
+    launches one (:class:`kcert.TritonPrecisionError`)."""
     if not interpreter_requested():
-        return []
-    try:
-        with torch.no_grad(), interpreter_compat(), counting_launches() as launched:
-            prod_model(**kwargs, **extra)
-    except Exception as exc:
-        raise KernelError(f"certify_model({name!r}): prod_model raised {type(exc).__name__} on the drawn inputs: "
-                          f"{exc}") from exc
-    kernels = list(dict.fromkeys(launched))
-    if kernels and dtype in LOW_PRECISION:
-        why = refusal("the models' dtype", dtype)
-        raise TritonPrecisionError(f"certify_model({name!r}): prod_model launches Triton kernels "
-                                   f"({', '.join(kernels)}) and {why}; on this CPU "
-                                   "certify float32 copies of both models (model.float(), dtype=torch.float32)")
-    return kernels
+        return [], []
+    found = {}
+    for role, model in (("prod", prod_model), ("ref", ref_model)):
+        if model is None:
+            found[role] = []
+            continue
+        try:
+            with torch.no_grad(), interpreter_compat(), counting_launches() as launched:
+                model(**kwargs, **extra)
+        except Exception as exc:
+            raise KernelError(f"certify_model({name!r}): {role}_model raised {type(exc).__name__} on the drawn "
+                              f"inputs: {exc}") from exc
+        found[role] = list(dict.fromkeys(launched))
+    for role in ("prod", "ref"):
+        if found[role] and dtype in LOW_PRECISION:
+            why = refusal("the models' dtype", dtype)
+            raise TritonPrecisionError(f"certify_model({name!r}): {role}_model launches Triton kernels "
+                                       f"({', '.join(found[role])}) and {why}; on this CPU "
+                                       "certify float32 copies of both models (model.float(), dtype=torch.float32)")
+    return found["prod"], found["ref"]
 
 
-__all__ = ["interpreter_compat", "triton_launches"]
+def shared_patch_warning(ref_kernels: list[str]) -> str | None:
+    """The certificate's warning when ref launches Triton kernels (None when it launches none)."""
+    if not ref_kernels:
+        return None
+    return (f"ref_model launches Triton kernels too ({', '.join(ref_kernels)}): a patch reached ref as well (a "
+            "fused-kernel library that replaces a function of the architecture's module for every model, as "
+            "Liger's apply_liger_kernel_to_* do with apply_rotary_pos_emb); rows that run it compare the patched "
+            "function with itself, and ref's float64 oracle cannot follow a Triton kernel. Keep the patch off ref "
+            "(for Liger: rope=False, which leaves the rotary embedding unpatched in both), or certify the kernel "
+            "itself with kcert certify")
+
+
+__all__ = ["interpreter_compat", "shared_patch_warning", "triton_launches"]

@@ -60,6 +60,8 @@ def render(cert: ModelCertificate, console) -> None:
         console.print(Text(f"padding: positions where {padding} is 0 are zeroed on both sides in every output led by "
                            "(batch, positions): not compared, no gradient from them (docs/model.md, Padded batches)"),
                       soft_wrap=True)
+    for warning in cert.warnings:
+        console.print(Text(f"warning (the verdict is at least WARN): {warning}", style="yellow"), soft_wrap=True)
     if cert.unmatched:
         console.print(Text(f"unmatched modules (not certified; the verdict is at least WARN): "
                            + ", ".join(f"{n} ({m} only)" for m, n in cert.unmatched), style="yellow"), soft_wrap=True)
@@ -90,6 +92,7 @@ def to_json(cert: ModelCertificate) -> dict:
                                                      "kind": first.kind},
         "selection": cert.selection,
         "unmatched": [{"model": m, "module": n} for m, n in cert.unmatched],
+        "warnings": list(cert.warnings),
         "rows": [row_dict(cert, r) for r in cert.rows],
         "provenance": cert.provenance,
     }
@@ -125,6 +128,7 @@ def render_html(certs: list[ModelCertificate]) -> str:
         parts.append(f"<h1>{e(cert.name)} {_badge(cert.verdict.value)}</h1><p>{e(headline(cert))}</p>")
         parts.append("<h2>modules in execution order</h2>" + _strip(cert, "forward") + _strip(cert, "backward")
                      + _strip(cert, "end to end"))
+        parts += [f"<p class='note'>warning: {e(w)}</p>" for w in cert.warnings]
         if cert.unmatched:
             parts.append("<p class='note'>unmatched modules (not certified): "
                          + e(", ".join(f"{n} ({m} only)" for m, n in cert.unmatched)) + "</p>")

@@ -117,6 +117,9 @@ class ModelCertificate:
         The selection in words.
     provenance : dict
         seed, replicates, dtype, wall time, the command.
+    warnings : tuple of str
+        What makes the rows' evidence weaker than they say (ref launching Triton kernels: a patch that
+        reached both models); any holds the verdict at WARN or worse.
 
     Examples
     --------
@@ -132,12 +135,14 @@ class ModelCertificate:
     unmatched: tuple[tuple[str, str], ...] = ()
     selection: str = ""
     provenance: dict = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
-        """The worst row; a model with unmatched modules is at least WARN (they were not certified)."""
+        """The worst row; a model with unmatched modules or a warning is at least WARN (not everything was
+        certified as the rows say)."""
         worst = Verdict.worst([r.verdict for r in self.rows]) if self.rows else Verdict.SKIPPED
-        if self.unmatched and worst.severity < Verdict.WARN.severity:
+        if (self.unmatched or self.warnings) and worst.severity < Verdict.WARN.severity:
             return Verdict.WARN
         return worst
 
