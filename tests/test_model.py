@@ -230,3 +230,75 @@ def test_a_row_stopped_by_its_time_limit_names_the_model_row(monkeypatch):
     assert (info.value.row, info.value.done, info.value.planned) == ("embed forward", 5, 64)
     assert "in row embed forward after 5 of 64 planned replicates, 0 of 1 rows finished" in str(info.value)
     assert "no checkpoint was given, so nothing is saved" in str(info.value)
+
+
+class _Wrapped:
+    """A mask object of prod's own kind (as flex attention's BlockMask is to eager's tensor mask)."""
+
+    def __init__(self, values):
+        self.values = values
+
+
+class _Gate(torch.nn.Module):
+    def forward(self, x, mask):
+        if not isinstance(mask, _Wrapped):
+            raise TypeError("this implementation takes a _Wrapped mask")
+        return x * mask.values
+
+
+class _TensorGate(torch.nn.Module):
+    def forward(self, x, mask):
+        return x * mask
+
+
+class _Masked(torch.nn.Module):
+    def __init__(self, wrapped: bool):
+        super().__init__()
+        self.lin, self.wrapped = torch.nn.Linear(8, 8), wrapped
+        self.gate = _Gate() if wrapped else _TensorGate()
+
+    def forward(self, input):
+        mask = (input > -3).to(input.dtype)
+        return self.gate(self.lin(input), _Wrapped(mask) if self.wrapped else mask)
+
+
+def test_a_module_that_takes_another_interface_in_prod_is_skipped_with_the_reason():
+    """prod's module receives, in prod's own model, an argument of another kind than ref's (flex attention's
+    BlockMask against eager's tensor mask): run on ref's recorded inputs it would get an input it never gets
+    (flex's compiled kernel crashed the process). Its rows are SKIPPED, named; the rest is certified."""
+    from kcert.model.record import interface_difference
+
+    torch.manual_seed(0)
+    ref = _Masked(False).eval()
+    prod = _Masked(True).eval()
+    prod.load_state_dict(ref.state_dict())
+    cert = kcert.certify_model(ref, prod, {"input": kcert.Gaussian((4, 8))}, dtype=torch.float32, **FAST)
+    gate = cert.row("gate")
+    assert gate.verdict is Verdict.SKIPPED and cert.row("gate", "backward").verdict is Verdict.SKIPPED
+    assert "'mask' is a Tensor in ref's model and a _Wrapped in prod's" in gate.skipped_reason
+    assert cert.row("lin").certificate is not None and cert.row("", "end to end").certificate is not None
+    assert cert.verdict is not Verdict.FAIL
+    x = torch.ones(2)
+    assert interface_difference(((x,), {"mask": None}), ((x,), {"mask": x})) is None  # sdpa: None for eager's mask
+    assert interface_difference(((x,), {"mask": x.bool()}), ((x,), {"mask": x})) is None  # another dtype: one kind
+    assert interface_difference(((x, 1), {}), ((x, "a"), {})) == "argument 1 is a int in ref's model and a str in prod's"
+
+
+def test_prod_weights_that_differ_from_refs_are_named_in_a_warning():
+    """Module rows hand ref's parameters to both sides (they certify prod's code): a prod whose own weights
+    differ (a converted checkpoint) is told so, and the verdict is held at WARN at least."""
+    from kcert.model.select import parameter_differences
+
+    ref = tiny()
+    same = copy.deepcopy(ref)
+    assert parameter_differences(ref, same) is None
+    prod = copy.deepcopy(ref)
+    with torch.no_grad():
+        prod.layers[1].norm2.weight[3] += 0.25
+    warning = parameter_differences(ref, prod)
+    assert warning is not None and "layers.1.norm2.weight (1 of" in warning and "certify prod's code" in warning
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("layers.1.norm2",)), backward=False,
+                               end_to_end=False, **FAST)
+    assert cert.warnings == (warning,)
+    assert cert.row("layers.1.norm2").verdict is not Verdict.FAIL  # ref's weight on both sides: the same code
+    assert cert.verdict.severity >= Verdict.WARN.severity

@@ -23,9 +23,9 @@ from .cases import end_to_end_case, module_cases
 from .interpreter import interpreter_compat, shared_patch_warning, triton_launches
 from .padding import DEFAULT as PADDING
 from .padding import resolve as resolve_padding
-from .record import draw_model_inputs
+from .record import draw_model_inputs, first_calls, interface_difference
 from .results import ModelCertificate, ModuleRow
-from .select import COMPILED, Modules, match, never_ran, select, trace
+from .select import COMPILED, Modules, match, never_ran, parameter_differences, select, trace
 from .store import RecordingStore
 
 
@@ -199,9 +199,11 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         raise CaseError(f"certify_model({name!r}): the selection ({modules.describe()}) matches no module that "
                         f"runs in ref_model's forward{hint}; ref's modules are {_few(list(matching.ref))}")
     unmatched = [("ref", n) for n in matching.only_ref] + [("prod", n) for n in matching.only_prod]
-    plan = [n for n in chosen if n in matching.prod]
+    planned = [n for n in chosen if n in matching.prod]
+    foreign = _other_interfaces(ref_model, prod_model, matching, planned, kwargs, extra)
+    plan = [n for n in planned if n not in foreign]  # the modules whose cases are built and run
     rows: list[ModuleRow] = []
-    total = len(plan) * (2 if backward else 1) + bool(end_to_end)
+    total = len(planned) * (2 if backward else 1) + bool(end_to_end)
 
     deadline = None if settings.max_time is None else time.monotonic() + settings.max_time  # the whole call's
 
@@ -242,11 +244,14 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all], pickers, model_pick)
                  if SHARE_RECORDINGS and plan else contextlib.nullcontext())
         with store:
-            for order, (module, built) in enumerate(zip(plan, built_all)):
-                _module_rows(run, rows, module, order, built, matching, found, backward)
+            for order, module in enumerate(planned):
+                if module in foreign:  # prod's module takes another interface: not run on ref's inputs
+                    _foreign_rows(rows, module, order, foreign[module], matching, backward)
+                else:
+                    _module_rows(run, rows, module, order, built_all[plan.index(module)], matching, found, backward)
             del built_all, copies
             if whole is not None:  # inside the store: ref's model outputs of the draws it recorded are kept there
-                run(whole, "", "end to end", len(plan), type(ref_model).__name__, type(prod_model).__name__,
+                run(whole, "", "end to end", len(planned), type(ref_model).__name__, type(prod_model).__name__,
                     (WHOLE_COMPILE,) if compiled_whole else ())
     provenance = {"seed": settings.seed, "replicates": settings.replicates, "dtype": str(dtype).removeprefix("torch."),
                   "inputs": {k: p.describe() for k, p in inputs.items()}, "wall_time_s": time.perf_counter() - start,
@@ -258,9 +263,9 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         provenance["ref_triton_interpreter"] = ref_launched
     if compiled_whole:
         provenance["prod_compiled_whole"] = True
-    warning = shared_patch_warning(ref_launched)
-    return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance,
-                            (warning,) if warning else ())
+    warnings = tuple(w for w in (parameter_differences(ref_model, prod_model), shared_patch_warning(ref_launched))
+                     if w)
+    return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance, warnings)
 
 
 def _module_rows(run, rows, module, order, built, matching, found, backward) -> None:
@@ -280,6 +285,33 @@ def _module_rows(run, rows, module, order, built, matching, found, backward) -> 
                                   notes + built.backward_notes))
         else:
             run(built.backward, module, "backward", order, kind, prod_kind, notes + built.backward_notes)
+
+
+def _other_interfaces(ref_model, prod_model, matching, plan, kwargs, extra) -> dict[str, str]:
+    """Planned modules whose prod receives, in prod's own model, an argument of another kind than ref's
+    receives in ref's (``interface_difference``): module -> the reason its rows are SKIPPED. Run on ref's
+    recorded inputs, such a module would get an input it never gets (a flex-attention module fed eager's tensor
+    mask crashed the process in its compiled kernel): it is left to the end-to-end row and its own children."""
+    prod_calls = first_calls(prod_model, {n: matching.prod[n] for n in plan}, kwargs, extra)
+    if not prod_calls:
+        return {}
+    ref_calls = first_calls(ref_model, {n: matching.ref[n] for n in plan if n in prod_calls}, kwargs, extra)
+    foreign = {}
+    for name in plan:
+        if name in ref_calls and name in prod_calls:
+            difference = interface_difference(ref_calls[name], prod_calls[name], matching.ref[name])
+            if difference:
+                foreign[name] = (f"prod's module takes another interface: {difference} (another backend builds "
+                                 "other inputs); run on ref's recorded inputs it would get an input it never gets, "
+                                 "so it is not certified in isolation: the end-to-end row and the modules inside it "
+                                 "compare it")
+    return foreign
+
+
+def _foreign_rows(rows, module, order, reason, matching, backward) -> None:
+    kind, prod_kind = type(matching.ref[module]).__name__, type(matching.prod[module]).__name__
+    for direction in ("forward", "backward") if backward else ("forward",):
+        rows.append(ModuleRow(module, kind, prod_kind, direction, order, None, reason))
 
 
 def _few(names: list[str], limit: int = 8) -> str:

@@ -276,3 +276,46 @@ def recorded_probes(recorder: Recorder, shapes: Mapping[str, tuple]) -> dict[str
         probes[VALID] = RecordedLeaf(Take(recorder.slot, VALID), f"the model input {recorder.padding!r} (padding)",
                                      tuple(shapes[VALID]))
     return probes
+
+
+def first_calls(model: nn.Module, modules: Mapping[str, nn.Module], kwargs: dict,
+                extra: Mapping | None = None) -> dict[str, tuple[tuple, dict]]:
+    """Each module's ``(args, kwargs)`` on its first call in one forward of ``model`` (no grad); {} when the
+    forward raises (the rows report a model that does not run)."""
+    kept: dict[str, tuple[tuple, dict]] = {}
+    handles = []
+    for name, module in modules.items():
+        def hook(mod, args, kw, name=name):
+            kept.setdefault(name, (args, kw))
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            model(**kwargs, **(extra or {}))
+    except Exception:  # noqa: BLE001 - the check is advisory; a model that raises is reported by its rows
+        return {}
+    finally:
+        for handle in handles:
+            handle.remove()
+    return kept
+
+
+def interface_difference(ref_call: tuple[tuple, dict], prod_call: tuple[tuple, dict],
+                         module: nn.Module | None = None) -> str | None:
+    """An argument both modules receive in their own models as objects of different kinds (a tensor mask in
+    ref's, a ``BlockMask`` in prod's: another attention backend builds another mask), in words (positional
+    arguments named after ``module``'s forward); None when every shared argument is of one kind (None on one
+    side, a tensor of another dtype or shape on the other, is the same kind: sdpa takes eager's mask)."""
+    (ref_args, ref_kw), (prod_args, prod_kw) = ref_call, prod_call
+    try:
+        params = [p.name for p in inspect.signature(module.forward).parameters.values()] if module else []
+    except (TypeError, ValueError):
+        params = []
+    pairs = [(repr(params[i]) if i < len(params) else f"argument {i}", a, b)
+             for i, (a, b) in enumerate(zip(ref_args, prod_args))]
+    pairs += [(f"{k!r}", ref_kw[k], prod_kw[k]) for k in ref_kw if k in prod_kw]
+    for where, a, b in pairs:
+        if a is None or b is None or (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            continue
+        if type(a) is not type(b):
+            return f"{where} is a {type(a).__name__} in ref's model and a {type(b).__name__} in prod's"
+    return None

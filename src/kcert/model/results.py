@@ -118,8 +118,8 @@ class ModelCertificate:
     provenance : dict
         seed, replicates, dtype, wall time, the command.
     warnings : tuple of str
-        What makes the rows' evidence weaker than they say (ref launching Triton kernels: a patch that
-        reached both models); any holds the verdict at WARN or worse.
+        What makes the rows' evidence weaker than they say (prod's parameters differ from ref's; ref launching
+        Triton kernels: a patch that reached both models); any holds the verdict at WARN or worse.
 
     Examples
     --------

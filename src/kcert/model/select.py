@@ -147,6 +147,31 @@ def match(ref_model: nn.Module, prod_model: nn.Module) -> Matching:
     return Matching(ref, prod, tuple(n for n in ref if n not in prod), tuple(n for n in prod if n not in ref))
 
 
+def parameter_differences(ref_model: nn.Module, prod_model: nn.Module) -> str | None:
+    """The parameters of one qualified name whose dtype or values differ between the two models, in words (None
+    when every shared parameter is bit for bit ref's). Module rows hand ref's parameters to both sides, so a
+    difference in prod's own weights (a checkpoint converted with a rounding or a transposition) is not theirs to
+    see; only the end-to-end row runs prod's own parameters."""
+    ref = {n.replace(COMPILED + ".", ""): p for n, p in ref_model.named_parameters()}
+    prod = {n.replace(COMPILED + ".", ""): p for n, p in prod_model.named_parameters()}
+    shared = [n for n in ref if n in prod and ref[n].shape == prod[n].shape]
+    differ = []
+    for name in shared:
+        a, b = ref[name], prod[name]
+        if a.dtype != b.dtype:
+            differ.append(f"{name} ({str(b.dtype).removeprefix('torch.')} in prod, "
+                          f"{str(a.dtype).removeprefix('torch.')} in ref)")
+        elif a is not b and not torch.equal(a.detach(), b.detach().to(a.device)):
+            differ.append(f"{name} ({int((a.detach() != b.detach().to(a.device)).sum())} of {a.numel()} values)")
+    if not differ:
+        return None
+    shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+    return (f"prod's parameters differ from ref's ({len(differ)} of {len(shared)}: {shown}): the module rows run "
+            "prod's modules with ref's parameters, so they certify prod's code, not its weights; only the "
+            "end-to-end row runs prod's own. To certify converted weights, give prod ref's (load ref's state dict) "
+            "and judge the conversion apart")
+
+
 @dataclass
 class Trace:
     """What one forward of ref shows: the modules in the order of their first call, and the floating ops
