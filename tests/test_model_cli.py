@@ -5,6 +5,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from kcert.cli import main
 
 TESTS = Path(__file__).resolve().parent
@@ -102,3 +104,25 @@ def test_max_time_bounds_the_whole_command_and_exits_124(tmp_path, capsys):
     assert code == 124, err
     assert "--max-time" in err and "reached in pair 'defect' before row" in err and "(0 of " in err
     assert "continue with --resume" in err
+
+
+def test_padding_options_reach_certify_model_and_export_refuses_them(tmp_path, capsys, monkeypatch):
+    import kcert.model
+
+    path = _file(tmp_path)
+    seen = []
+
+    def capture(*args, **kwargs):
+        seen.append(kwargs.get("padding", "default"))
+        raise KeyboardInterrupt  # stop here: only the options are under test
+
+    monkeypatch.setattr(kcert.model, "certify_model", capture)
+    for flags, expected in (([], "default"), (["--no-padding"], None), (["--padding", "pad_mask"], "pad_mask")):
+        assert main(["model", str(path), "-R", "8", *flags]) == 130
+        assert seen[-1] == expected
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as usage:  # one or the other, as argparse says
+        main(["model", str(path), "--padding", "x", "--no-padding"])
+    assert usage.value.code == 2
+    assert main(["model", str(path), "--no-padding", "--export-case", "layers.1.norm2", str(tmp_path / "c.py")]) == 2
+    assert "with the pair's own padding" in capsys.readouterr().err

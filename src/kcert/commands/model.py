@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="certify the forward rows only (default: forward and backward)")
     p.add_argument("--no-end-to-end", dest="end_to_end", action="store_false",
                    help="leave out the row of the model's own outputs")
+    pad = p.add_mutually_exclusive_group()
+    pad.add_argument("--padding", metavar="INPUT", default=None,
+                     help="the input marking padded positions (1 a token, 0 padding): outputs there are zeroed on both "
+                          "sides (default: the pair's, else attention_mask when the inputs have it; docs/model.md)")
+    pad.add_argument("--no-padding", action="store_true", help="compare every position, padded or not")
     p.add_argument("--export-case", nargs=2, metavar=("MODULE", "OUT.py"), default=None,
                    help="write a case file for MODULE (its recorded inputs as the probe) for `kcert certify OUT.py`, "
                         "and certify nothing")
@@ -77,7 +82,9 @@ def _command(args, pair: str) -> str:
     if args.depth is not None:
         words += ["--depth", str(args.depth)]
     words += ["--leaves"] * args.leaves + ["--no-backward"] * (not args.backward) + \
-        ["--no-end-to-end"] * (not args.end_to_end)
+        ["--no-end-to-end"] * (not args.end_to_end) + ["--no-padding"] * args.no_padding
+    if args.padding:
+        words += ["--padding", args.padding]
     return command_line(words, replicates=args.replicates, horizon=args.horizon, seed=args.seed,
                         max_replicates=args.max_replicates, device=args.device, flags=run_flags(args, {}))
 
@@ -152,6 +159,8 @@ def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | N
         settings["checkpoint"] = checkpoint_path(args.checkpoint, pair.name, n_pairs)
     options = dict(pair.options)  # the pair's own, unless the command line turns a part off
     options.update({k: False for k in ("backward", "end_to_end") if not getattr(args, k)})
+    if args.no_padding or args.padding:
+        options["padding"] = None if args.no_padding else args.padding
     with replicates_bar(pair.name, streams.err) as bar:
         task = bar.add_task("replicates", total=args.replicates)
 
@@ -175,6 +184,10 @@ def _export(args, pairs, streams) -> int:
     from ..model.export import write_case_file
 
     module, out = args.export_case
+    if args.padding or args.no_padding:
+        streams.error("--export-case writes a file that rebuilds the pair from the model file, with the pair's own "
+                      "padding: set it there (ModelPair(..., options={'padding': ...})), not with --padding/--no-padding")
+        return EXIT_ERROR
     if len(pairs) != 1:
         streams.error(f"--export-case needs one pair; the file defines {[p.name for p in pairs]}: pick one with --case")
         return EXIT_ERROR
