@@ -292,7 +292,9 @@ def _other_interfaces(ref_model, prod_model, matching, plan, kwargs, extra) -> d
     receives in ref's (``interface_difference``): module -> the reason its rows are SKIPPED. Run on ref's
     recorded inputs, such a module would get an input it never gets (a flex-attention module fed eager's tensor
     mask crashed the process in its compiled kernel): it is left to the end-to-end row and its own children."""
-    prod_calls = first_calls(prod_model, {n: matching.prod[n] for n in plan}, kwargs, extra)
+    eager = getattr(prod_model, COMPILED, None)  # a whole-model compile: its eager model has the same interfaces,
+    prod_eager = eager if isinstance(eager, nn.Module) else prod_model  # and hooks would recompile the graph
+    prod_calls = first_calls(prod_eager, {n: matching.prod[n] for n in plan}, kwargs, extra)
     if not prod_calls:
         return {}
     ref_calls = first_calls(ref_model, {n: matching.ref[n] for n in plan if n in prod_calls}, kwargs, extra)
