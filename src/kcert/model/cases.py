@@ -259,6 +259,7 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
                    description=f"{kind} {name!r} on ref's recorded inputs ({type(prod_mod).__name__} as prod)")
     if not backward:
         return ModuleCases(forward, None, None, "backward not asked for", tuple(notes), recorder)
+
     def trial_of(replicate: int) -> dict:  # the values of another draw, recorded as the first
         drawn = draw_model_inputs(inputs, seeding.generator(seed, seeding.INPUTS, replicate), cpu, dtype)
         return {**layout.flatten(record(ref_model, ref_mod, drawn, where, extra), where),

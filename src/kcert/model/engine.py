@@ -141,7 +141,9 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     -------
     ModelCertificate
         Rows in execution order (each module's forward row, then its backward row), the end-to-end row
-        last, the unmatched modules, and ``first_failure``, the localized module.
+        last, the unmatched modules, ``first_failure`` (the localized module) and ``warnings`` (prod's
+        parameters differ from ref's; a patch reached ref too). A module whose prod takes arguments of another
+        kind in prod's own model (flex attention's ``BlockMask``) has SKIPPED rows that say so.
 
     Raises
     ------
