@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import kcert
-from kcert.model.padding import masked
+from kcert.model.padding import masked, padded_mask
 from kcert.verdict import Verdict
 
 transformers = pytest.importorskip("transformers")
@@ -17,15 +17,7 @@ transformers = pytest.importorskip("transformers")
 V, S = 128, 16
 
 
-def _left_padding(generator, device):
-    keep = torch.randint(6, S + 1, (2,), generator=generator)
-    mask = torch.zeros(2, S, dtype=torch.long)
-    for row, k in enumerate(keep.tolist()):
-        mask[row, S - k:] = 1
-    return mask.to(device)
-
-
-INPUTS = {"input_ids": kcert.Integers((2, S), 0, V), "attention_mask": kcert.Custom(_left_padding, "left padding", (2, S))}
+INPUTS = {"input_ids": kcert.Integers((2, S), 0, V), "attention_mask": padded_mask(2, S, min_tokens=6)}
 
 
 def _llama(attn):

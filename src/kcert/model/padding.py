@@ -13,9 +13,11 @@ nothing is compared there, and no gradient flows back from there.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
+from ..case import Custom
 from ..errors import CaseError
 
 DEFAULT = "attention_mask"  # Hugging Face's name: used when the inputs have it, else no padding
@@ -53,3 +55,37 @@ def masked(outputs: tuple, valid: torch.Tensor | None) -> tuple:
             o = o.masked_fill(pad.reshape(*pad.shape, *([1] * (o.dim() - 2))).to(o.device), 0)
         out.append(o)
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class _PaddedRows:
+    batch: int
+    positions: int
+    min_tokens: int
+    left: bool
+
+    def __call__(self, generator: torch.Generator, device) -> torch.Tensor:
+        tokens = torch.randint(self.min_tokens, self.positions + 1, (self.batch,), generator=generator)
+        keep = torch.arange(self.positions).expand(self.batch, -1)
+        if self.left:  # each row's tokens at its end, padding before them
+            keep = keep.flip(-1)
+        return (keep < tokens[:, None]).to(torch.long).to(device)
+
+
+def padded_mask(batch: int, positions: int, min_tokens: int = 1, side: str = "left") -> Custom:
+    """A probe of ``attention_mask`` for a padded batch: each row holds a number of tokens drawn uniformly from
+    ``min_tokens..positions`` per replicate, padded on ``side`` ("left" as generation batches, "right" as
+    training ones).
+
+    >>> import torch
+    >>> probe = padded_mask(2, 6, min_tokens=3)
+    >>> probe.sample(torch.Generator().manual_seed(0), torch.device("cpu"), torch.float32)
+    tensor([[0, 0, 0, 1, 1, 1],
+            [1, 1, 1, 1, 1, 1]])
+    """
+    if side not in ("left", "right"):
+        raise CaseError(f"padded_mask: side must be 'left' or 'right', got {side!r}")
+    if not 1 <= min_tokens <= positions:
+        raise CaseError(f"padded_mask: min_tokens must be in 1..positions ({positions}), got {min_tokens}")
+    return Custom(_PaddedRows(batch, positions, min_tokens, side == "left"), f"{side} padding, {min_tokens}+ tokens",
+                  (batch, positions))
