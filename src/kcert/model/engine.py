@@ -202,7 +202,9 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                         f"runs in ref_model's forward{hint}; ref's modules are {_few(list(matching.ref))}")
     unmatched = [("ref", n) for n in matching.only_ref] + [("prod", n) for n in matching.only_prod]
     planned = [n for n in chosen if n in matching.prod]
-    foreign = _other_interfaces(ref_model, prod_model, matching, planned, kwargs, extra)
+    with interpreter_compat():  # prod's forward may launch Triton kernels (model/interpreter.py)
+        foreign = _other_interfaces(prod_model, matching, planned, found.first_call, kwargs, extra)
+    found.first_call.clear()  # ref's inputs of every module: one forward's activations, not kept all run long
     plan = [n for n in planned if n not in foreign]  # the modules whose cases are built and run
     rows: list[ModuleRow] = []
     total = len(planned) * (2 if backward else 1) + bool(end_to_end)
@@ -289,17 +291,15 @@ def _module_rows(run, rows, module, order, built, matching, found, backward) -> 
             run(built.backward, module, "backward", order, kind, prod_kind, notes + built.backward_notes)
 
 
-def _other_interfaces(ref_model, prod_model, matching, plan, kwargs, extra) -> dict[str, str]:
+def _other_interfaces(prod_model, matching, plan, ref_calls, kwargs, extra) -> dict[str, str]:
     """Planned modules whose prod receives, in prod's own model, an argument of another kind than ref's
-    receives in ref's (``interface_difference``): module -> the reason its rows are SKIPPED. Run on ref's
+    receives in ref's (``ref_calls``: each module's first call in the traced forward of ref;
+    ``interface_difference``): module -> the reason its rows are SKIPPED. Run on ref's
     recorded inputs, such a module would get an input it never gets (a flex-attention module fed eager's tensor
     mask crashed the process in its compiled kernel): it is left to the end-to-end row and its own children."""
     eager = getattr(prod_model, COMPILED, None)  # a whole-model compile: its eager model has the same interfaces,
     prod_eager = eager if isinstance(eager, nn.Module) else prod_model  # and hooks would recompile the graph
     prod_calls = first_calls(prod_eager, {n: matching.prod[n] for n in plan}, kwargs, extra)
-    if not prod_calls:
-        return {}
-    ref_calls = first_calls(ref_model, {n: matching.ref[n] for n in plan if n in prod_calls}, kwargs, extra)
     foreign = {}
     for name in plan:
         if name in ref_calls and name in prod_calls:

@@ -161,8 +161,10 @@ def parameter_differences(ref_model: nn.Module, prod_model: nn.Module) -> str | 
         if a.dtype != b.dtype:
             differ.append(f"{name} ({str(b.dtype).removeprefix('torch.')} in prod, "
                           f"{str(a.dtype).removeprefix('torch.')} in ref)")
-        elif a is not b and not torch.equal(a.detach(), b.detach().to(a.device)):
-            differ.append(f"{name} ({int((a.detach() != b.detach().to(a.device)).sum())} of {a.numel()} values)")
+        elif a is not b:
+            values = int((a.detach() != b.detach().to(a.device)).sum())
+            if values:
+                differ.append(f"{name} ({values} of {a.numel()} values)")
     if not differ:
         return None
     shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
@@ -181,6 +183,7 @@ class Trace:
     own_ops: dict[str, int] = field(default_factory=dict)
     floating_output: set[str] = field(default_factory=set)
     calls: dict[str, int] = field(default_factory=dict)
+    first_call: dict[str, tuple[tuple, dict]] = field(default_factory=dict)  # (args, kwargs) of each first call
 
 
 class _Attribute(TorchFunctionMode):
@@ -208,11 +211,12 @@ def trace(model: nn.Module, names: Mapping[str, nn.Module], kwargs: dict) -> Tra
     """Run ``model(**kwargs)`` once (no grad) with hooks on ``names``' modules and attribute its ops."""
     found, stack, handles = Trace(), [], []
     for name, module in names.items():
-        def pre(mod, args, name=name):
+        def pre(mod, args, kw, name=name):
             stack.append(name)
             found.calls[name] = found.calls.get(name, 0) + 1
             if name not in found.order:
                 found.order.append(name)
+                found.first_call[name] = (args, kw)
 
         def post(mod, args, out, name=name):
             if stack and stack[-1] == name:
@@ -220,7 +224,7 @@ def trace(model: nn.Module, names: Mapping[str, nn.Module], kwargs: dict) -> Tra
             if any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in tree_leaves(out)):
                 found.floating_output.add(name)
 
-        handles.append(module.register_forward_pre_hook(pre))
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, always_call=True))
     try:
         with torch.no_grad(), _Attribute(stack, found):
