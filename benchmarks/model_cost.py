@@ -17,8 +17,10 @@ backward on, on this machine's CPU, with the split of the wall time:
         [--no-share | --compare] [--no-backward] [--leaves] [--json benchmarks/data/model_cost.json]
 
 Under ``torchrun --nproc-per-node N`` (both cores of this machine: N = 2) every rank runs the same rows and
-shares each row's replicates, as ``torchrun ... -m kcert model`` does; rank 0 prints and writes the JSON
-(its own split: the ranks wait for each other at every look, so their walls agree).
+shares each row's replicates (``--shard replicates``, the default, as ``kcert model``'s), or takes whole rows
+from one queue (``--shard rows``); rank 0 prints and writes the JSON (its own split: with shared replicates
+the ranks wait for each other at every look, so their walls agree; with ``--shard rows`` the split covers rank
+0's rows only, the total is the whole run's).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class RecordingTimer:
 
 
 def model_run(replicates: int, seed: int, share: bool = True, backward: bool = True, quiet: bool = False,
-              reuse: bool = True, leaves: bool = False) -> dict:
+              reuse: bool = True, leaves: bool = False, shard: str = "replicates") -> dict:
     from kcert.model import cases as model_cases, engine as model_engine, record as model_record, store
 
     model_engine.SHARE_RECORDINGS = share
@@ -91,7 +93,8 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
     start = time.perf_counter()
     try:
         cert = kcert.certify_model(ref, prod, model_zoo.inputs(p.arch), loss=model_zoo.lm_loss, backward=backward,
-                                   modules=kcert.Modules(leaves=True) if leaves else None, name=p.name, replicates=replicates, seed=seed, on_event=on_event)
+                                   modules=kcert.Modules(leaves=True) if leaves else None, name=p.name, replicates=replicates, seed=seed, on_event=on_event,
+                                   shard=shard)
     finally:
         timer.restore()
         handle.remove()
@@ -103,7 +106,7 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
         per_row.append({"module": module, "direction": direction, "seconds": t1 - t0})
     by_dir = {d: sum(r["seconds"] for r in per_row if r["direction"] == d) for d in ("forward", "backward", "end to end")}
     modules = sorted({r.module for r in cert.rows if r.direction == "forward"})
-    return {"pair": p.name, "share_recordings": share, "reuse_ref_outputs": share and reuse, "ref_forwards": root_forwards[0], "selection": "leaves" if leaves else "default", "wall_s": end - start, "selected_modules": len(modules), "rows": len(cert.rows),
+    return {"pair": p.name, "shard": shard, "share_recordings": share, "reuse_ref_outputs": share and reuse, "ref_forwards": root_forwards[0], "selection": "leaves" if leaves else "default", "wall_s": end - start, "selected_modules": len(modules), "rows": len(cert.rows),
             "verdict": cert.verdict.value, "recording_s": timer.seconds, "recording_calls": timer.calls,
             "by_direction_s": by_dir, "per_row": per_row,
             "median_row_s": {d: statistics.median([r["seconds"] for r in per_row if r["direction"] == d] or [0.0])
@@ -157,6 +160,9 @@ def main(argv=None) -> None:
     ap.add_argument("--no-backward", dest="backward", action="store_false", help="forward rows only")
     ap.add_argument("--leaves", action="store_true",
                     help="select the leaf modules only (the issue's ~20 modules; default: kcert's default selection)")
+    ap.add_argument("--shard", choices=("replicates", "rows"), default="replicates",
+                    help="under torchrun, what the ranks share (certify_model's shard=; with rows the split is rank "
+                         "0's rows only, the total the whole run's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -179,7 +185,7 @@ def _measure(args, comm) -> None:
         modes = modes[::-1] if args.shared_first else modes
     else:
         modes = [("alone" if args.no_share else "shared", not args.no_share, not args.no_reuse)]
-    runs = {label: model_run(args.replicates, args.seed, share, args.backward, quiet, reuse, args.leaves)
+    runs = {label: model_run(args.replicates, args.seed, share, args.backward, quiet, reuse, args.leaves, args.shard)
             for label, share, reuse in modes}
     load = os.getloadavg()
     out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__, "ranks": comm.world,

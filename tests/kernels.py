@@ -48,13 +48,19 @@ case = kcert.Case(name="rms", ref=ref, prod=prod, inputs={{"x": kcert.Gaussian((
 
 class ThreadRanks:
     """``world`` ranks as threads: all_gather pickles like torch.distributed does. One rank runs at
-    a time (``lock``, released only inside collectives): real mode patches process-wide state."""
+    a time (``lock``, released only inside collectives): real mode patches process-wide state.
+    ``serial=False``: the ranks run at once (no lock; for work that touches no process-wide state).
+    ``counters=True``: the store's shared counters (``comm.counter``) exist, else ``counter`` returns None."""
 
-    def __init__(self, world):
+    def __init__(self, world, serial=True, counters=False):
         self.world, self.barrier, self.box = world, threading.Barrier(world, timeout=60), [None] * world
-        self.lock = threading.Lock()
+        self.lock, self.serial, self.counters, self.totals = threading.Lock(), serial, counters, {}
+        self.counting = threading.Lock()
 
     def wait(self):
+        if not self.serial:
+            self.barrier.wait()
+            return
         self.lock.release()
         try:
             self.barrier.wait()
@@ -77,6 +83,17 @@ class ThreadRanks:
 
             def broadcast(self, obj):
                 return self.all_gather(obj)[0]
+
+            def counter(self, key):
+                if not ranks.counters:
+                    return None
+
+                def add(n):
+                    with ranks.counting:
+                        ranks.totals[key] = ranks.totals.get(key, 0) + n
+                        return ranks.totals[key]
+
+                return add
 
         return Comm()
 

@@ -126,3 +126,23 @@ def test_padding_options_reach_certify_model_and_export_refuses_them(tmp_path, c
     assert usage.value.code == 2
     assert main(["model", str(path), "--no-padding", "--export-case", "layers.1.norm2", str(tmp_path / "c.py")]) == 2
     assert "with the pair's own padding" in capsys.readouterr().err
+
+
+def test_shard_option_reaches_certify_model(tmp_path, capsys, monkeypatch):
+    import kcert.model
+
+    path = _file(tmp_path)
+    seen = []
+
+    def capture(*args, **kwargs):
+        seen.append(kwargs["shard"])
+        raise KeyboardInterrupt  # stop here: only the option is under test
+
+    monkeypatch.setattr(kcert.model, "certify_model", capture)
+    for flags, expected in (([], "replicates"), (["--shard", "rows"], "rows"), (["--shard", "replicates"], "replicates")):
+        assert main(["model", str(path), "-R", "8", *flags]) == 130
+        assert seen[-1] == expected
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as usage:
+        main(["model", str(path), "--shard", "auto"])
+    assert usage.value.code == 2

@@ -127,6 +127,9 @@ class TimeLimitReached(KcertError, TimeoutError):
                          f"planned replicates{saved}")
         self.case, self.done, self.planned, self.limit, self.checkpoint = case, done, planned, limit, checkpoint
 
+    def __reduce__(self):  # pickled with its arguments (torchrun's ranks send it to each other)
+        return type(self), (self.case, self.done, self.planned, self.limit, self.checkpoint)
+
 
 class ModelTimeLimitReached(TimeLimitReached):
     """``certify_model``'s time limit (``max_time``, ``kcert model --max-time``) was reached: it bounds the
@@ -150,3 +153,7 @@ class ModelTimeLimitReached(TimeLimitReached):
         done, planned = (0, 0) if stopped is None else (stopped.done, stopped.planned)
         self.case, self.done, self.planned, self.limit, self.checkpoint = row, done, planned, limit, checkpoint
         self.model, self.row, self.finished, self.rows = model, row, finished, rows
+        self.stopped = stopped
+
+    def __reduce__(self):
+        return type(self), (self.model, self.row, self.finished, self.rows, self.limit, self.checkpoint, self.stopped)

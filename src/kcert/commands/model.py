@@ -7,8 +7,8 @@ selection that matches nothing, a model that raises: the other pairs still run),
 Ctrl-C, 143 SIGTERM (each pair runs through :class:`kcert.commands.session.CommandRun`).
 
 Under ``torchrun --nproc-per-node N -m kcert model FILE`` every rank builds the same rows and each row's
-replicates are shared among the ranks as ``kcert certify`` shares a case's (docs/scaling.md); rank 0 prints
-and writes the reports.
+replicates are shared among the ranks as ``kcert certify`` shares a case's (docs/scaling.md), or, with
+``--shard rows``, each rank takes whole rows from one queue; rank 0 prints and writes the reports.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="the input marking padded positions (1 a token, 0 padding): outputs there are zeroed on both "
                           "sides (default: the pair's, else attention_mask when the inputs have it; docs/model.md)")
     pad.add_argument("--no-padding", action="store_true", help="compare every position, padded or not")
+    p.add_argument("--shard", choices=("replicates", "rows"), default="replicates",
+                   help="under torchrun, what the ranks share: each row's replicates (default), or whole rows taken "
+                        "from one queue, costliest first: faster at a low -R with many rows (the same certificate "
+                        "either way; docs/model.md)")
     p.add_argument("--export-case", nargs=2, metavar=("MODULE", "OUT.py"), default=None,
                    help="write a case file for MODULE (its recorded inputs as the probe) for `kcert certify OUT.py`, "
                         "and certify nothing")
@@ -91,7 +95,7 @@ def _command(args, pair: str) -> str:
 
 def run(args) -> int:
     streams = Streams.make(args, stdout_taken=STDOUT in (args.json, args.html))
-    if args.silent:  # other torchrun ranks: they share each row's replicates, rank 0 reports
+    if args.silent:  # other torchrun ranks: they share each row's replicates (or rows), rank 0 reports
         args.json = args.html = None
     outputs = [("--json", args.json), ("--html", args.html), ("--checkpoint", args.checkpoint)]
     problem = first_output_problem(outputs, file_only=("--checkpoint",))
@@ -174,7 +178,7 @@ def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | N
                 bar.update(task, completed=0, description=label)
 
         return certify_model(pair.ref, pair.prod, pair.inputs, modules=_selection(args, pair), loss=pair.loss,
-                             dtype=pair.dtype, name=pair.name, progress=tick, on_event=event,
+                             dtype=pair.dtype, name=pair.name, progress=tick, on_event=event, shard=args.shard,
                              **{**settings, "bias_thresholds": thresholds, "command": _command(args, pair.name)},
                              **options)
 

@@ -2,14 +2,17 @@
 
 Only the execution layer knows about process groups: ``kcert.certify`` asks :func:`current` for a
 communicator (a single-process one unless a process group of more than one rank is initialized)
-and shards the accumulation blocks of :mod:`kcert.execution.runner` over its ranks. The command
-line initializes and destroys the group with :func:`process_group` when torchrun launched it.
+and shards the accumulation blocks of :mod:`kcert.execution.runner` over its ranks. ``kcert model`` may
+instead give each rank whole certifications (:func:`alone`, a queue on :meth:`TorchDistributed.counter`).
+The command line initializes and destroys the group with :func:`process_group` when torchrun launched it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
+from collections.abc import Callable
 from typing import Any, Iterator
 
 import torch
@@ -30,6 +33,16 @@ class SingleProcess:
 
     def barrier(self) -> None:
         pass
+
+    def counter(self, key: str) -> Callable[[int], int]:
+        """A counter of this process alone (see :meth:`TorchDistributed.counter`)."""
+        total = [0]
+
+        def add(n: int) -> int:
+            total[0] += n
+            return total[0]
+
+        return add
 
 
 class TorchDistributed:
@@ -58,9 +71,40 @@ class TorchDistributed:
     def barrier(self) -> None:
         self._dist.barrier()
 
+    def counter(self, key: str) -> Callable[[int], int] | None:
+        """A counter shared by the ranks: ``add(n)`` adds n and returns the total, atomically, so ranks can take
+        work from one queue (``add(1) - 1`` is the next item for whichever rank asks first) and raise a flag
+        (``add(0)`` reads it). Backed by the group's key-value store (``Store.add`` is atomic); None when that
+        store is not reachable (the caller then deals the work out statically)."""
+        try:
+            from torch.distributed import distributed_c10d
+
+            store = distributed_c10d._get_default_store()  # private accessor; public Store.add on what it returns
+        except (AttributeError, RuntimeError, ValueError):
+            return None
+        return lambda n: int(store.add(key, n))
+
+
+# Set inside :func:`alone`: this rank computes what it is given by itself (kcert model's rows shared out whole).
+_ALONE: contextvars.ContextVar[bool] = contextvars.ContextVar("kcert_alone", default=False)
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[SingleProcess]:
+    """Within it, :func:`current` is the one-process communicator on every rank: a certification run here is
+    this rank's own (``certify_model(shard="rows")`` gives each rank whole rows); the group stays up."""
+    token = _ALONE.set(True)
+    try:
+        yield SingleProcess()
+    finally:
+        _ALONE.reset(token)
+
 
 def current() -> SingleProcess | TorchDistributed:
-    """The communicator of this process: torch.distributed when a group of > 1 rank is up."""
+    """The communicator of this process: torch.distributed when a group of > 1 rank is up (and not inside
+    :func:`alone`)."""
+    if _ALONE.get():
+        return SingleProcess()
     try:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover - torch built without distributed

@@ -26,6 +26,7 @@ from .padding import resolve as resolve_padding
 from .record import draw_model_inputs, first_calls, interface_difference
 from .results import ModelCertificate, ModuleRow
 from .select import COMPILED, Modules, match, never_ran, parameter_differences, select, trace
+from .shard import SHARDS, run_shared
 from .store import RecordingStore
 
 
@@ -47,6 +48,26 @@ SHARE_RECORDINGS = True
 # same inputs (kcert.model.cases, _recorded_outputs and _kept_model_outputs); False: ref is called in every
 # replicate (benchmarks and tests compare the two; the rows are the same).
 REUSE_REF_OUTPUTS = True
+
+# A row's cost before it runs, for the queue of shard="rows" (costliest first): the parameters its module holds
+# (a decoder layer's above its projections'), and three times that for a backward row (forward and backward of
+# ref and prod, against a forward); modules without parameters (an activation, a rotary table) last.
+BACKWARD_COST = 3.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """A row to certify: its position among the rows (its checkpoint file's index) and its cost estimate."""
+
+    index: int
+    case: Any
+    module: str
+    direction: str
+    order: int
+    kind: str
+    prod_kind: str
+    notes: tuple[str, ...]
+    cost: float
 
 
 def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
@@ -98,7 +119,8 @@ def row_checkpoint(path: str | None, index: int, module: str, direction: str) ->
 def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], *,
                   modules: Modules | None = None, backward: bool = True, end_to_end: bool = True,
                   loss: Callable[[Any, dict], torch.Tensor] | None = None, dtype: torch.dtype = torch.bfloat16,
-                  name: str = "model", padding: str | None = PADDING, settings: Settings | int | None = None,
+                  name: str = "model", padding: str | None = PADDING, shard: str = "replicates",
+                  settings: Settings | int | None = None,
                   progress: Callable[[int, int], None] | None = None,
                   on_event: Callable[[str, dict], None] | None = None, **overrides) -> ModelCertificate:
     """Certify a model pair module by module: each selected module of prod against ref's module of the same
@@ -130,6 +152,12 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         it: every certified output whose leading axes are (batch, positions) is set to zero there on both sides,
         so nothing is compared and no gradient flows from where training has none (docs/model.md, "Padded
         batches"). None: every position is compared.
+    shard : {"replicates", "rows"}, default "replicates"
+        Under torchrun, what the ranks share: each row's replicates (every rank runs every row, meeting at each
+        block and look), or whole rows (each rank takes rows from one queue, costliest first, and runs them
+        alone; the ranks meet once, at the end): faster at a low R with many rows (a first look at R = 64),
+        not at the default R (docs/model.md, "Checkpoints, time and ranks"). The certificate is the same either
+        way; the provenance records ``ranks`` and ``shard``. Ignored in one process.
     settings, progress, on_event, **overrides
         As :func:`kcert.certify`, for every row, except that the algebra gate's symbolic proof is off unless
         ``algebra_proof=True`` is given (modules close over their sizes, so it is rarely reached and costly); a
@@ -177,6 +205,8 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     ('1', 'GELU')
     """
     _check(ref_model, prod_model, inputs, modules, loss, dtype, name)
+    if shard not in SHARDS:
+        raise CaseError(f"certify_model: shard must be one of {', '.join(map(repr, SHARDS))}, got {shard!r}")
     if settings is None and "algebra_proof" not in overrides:
         overrides["algebra_proof"] = PROOF
     settings = Settings.build(settings, **overrides).check()
@@ -206,32 +236,31 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         foreign = _other_interfaces(prod_model, matching, planned, found.first_call, kwargs, extra)
     found.first_call.clear()  # ref's inputs of every module: one forward's activations, not kept all run long
     plan = [n for n in planned if n not in foreign]  # the modules whose cases are built and run
-    rows: list[ModuleRow] = []
     total = len(planned) * (2 if backward else 1) + bool(end_to_end)
 
     deadline = None if settings.max_time is None else time.monotonic() + settings.max_time  # the whole call's
 
-    def run(case, module, direction, order, kind, prod_kind, notes):
-        index = len(rows)
-        label = f"{module or '(model)'} {direction}"
-        path = row_checkpoint(settings.checkpoint, index, module, direction)
+    def run(job: _Job) -> ModuleRow:
+        label = f"{job.module or '(model)'} {job.direction}"
+        path = row_checkpoint(settings.checkpoint, job.index, job.module, job.direction)
+        comm = distributed.current()  # the group, or this rank alone when whole rows are shared out
         left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and distributed.current().broadcast(left <= 0):  # rank 0's clock decides for all
-            raise ModelTimeLimitReached(name, label, index, total, settings.max_time, settings.checkpoint)
+        if left is not None and comm.broadcast(left <= 0):  # rank 0's clock decides for all (alone: its own)
+            raise ModelTimeLimitReached(name, label, job.index, total, settings.max_time, settings.checkpoint)
         if on_event is not None:
-            on_event("row", {"module": module, "direction": direction, "index": index, "rows": total})
+            on_event("row", {"module": job.module, "direction": job.direction, "index": job.index, "rows": total})
         # a resumed run continues each row from its file; a row the interrupted run never started has none and
-        # starts afresh (rank 0 looks: it is the rank that reads checkpoints)
-        fresh = settings.resume and distributed.current().broadcast(path is None or not Path(path).exists())
+        # starts afresh (rank 0 looks: it is the rank that reads checkpoints; alone, the rank that runs the row)
+        fresh = settings.resume and comm.broadcast(path is None or not Path(path).exists())
         row_settings = dataclasses.replace(settings, checkpoint=path, command=settings.command,
                                            resume=settings.resume and not fresh,
                                            max_time=None if left is None else max(left, 1e-3))
         try:
-            cert = certify(case, row_settings, progress=progress, on_event=on_event)
+            cert = certify(job.case, row_settings, progress=progress, on_event=on_event)
         except TimeLimitReached as exc:
-            raise ModelTimeLimitReached(name, label, index, total, settings.max_time, settings.checkpoint,
+            raise ModelTimeLimitReached(name, label, job.index, total, settings.max_time, settings.checkpoint,
                                         exc) from exc
-        rows.append(ModuleRow(module, kind, prod_kind, direction, order, cert, None, tuple(notes)))
+        return ModuleRow(job.module, job.kind, job.prod_kind, job.direction, job.order, cert, None, job.notes)
 
     launched, ref_launched = triton_launches(prod_model, kwargs, extra, dtype, name, ref_model)
     compiled_whole = isinstance(getattr(prod_model, COMPILED, None), nn.Module)
@@ -247,20 +276,26 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         model_pick = whole.ref.pick if whole is not None and REUSE_REF_OUTPUTS else None
         store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all], pickers, model_pick)
                  if SHARE_RECORDINGS and plan else contextlib.nullcontext())
-        with store:
-            for order, module in enumerate(planned):
-                if module in foreign:  # prod's module takes another interface: not run on ref's inputs
-                    _foreign_rows(rows, module, order, foreign[module], matching, backward)
-                else:
-                    _module_rows(run, rows, module, order, built_all[plan.index(module)], matching, found, backward)
-            del built_all, copies
-            if whole is not None:  # inside the store: ref's model outputs of the draws it recorded are kept there
-                run(whole, "", "end to end", len(planned), type(ref_model).__name__, type(prod_model).__name__,
-                    (WHOLE_COMPILE,) if compiled_whole else ())
+        slots: list[ModuleRow | _Job] = []  # every row in execution order: skipped ones made, the others to run
+        for order, module in enumerate(planned):
+            if module in foreign:  # prod's module takes another interface: not run on ref's inputs
+                _foreign_rows(slots, module, order, foreign[module], matching, backward)
+            else:
+                _module_rows(slots, module, order, built_all[plan.index(module)], matching, found, backward)
+        del built_all, copies
+        if whole is not None:
+            slots.append(_Job(len(slots), whole, "", "end to end", len(planned), type(ref_model).__name__,
+                              type(prod_model).__name__, (WHOLE_COMPILE,) if compiled_whole else (),
+                              _parameters(ref_model)))
+        comm = distributed.current()
+        with store:  # the end-to-end row inside it too: ref's model outputs of the draws it recorded are kept there
+            rows = _run_rows(slots, run, shard, comm)
     provenance = {"seed": settings.seed, "replicates": settings.replicates, "dtype": str(dtype).removeprefix("torch."),
                   "inputs": {k: p.describe() for k, p in inputs.items()}, "wall_time_s": time.perf_counter() - start,
                   "command": settings.command, "selected": len(chosen), "modules_ref": len(matching.ref),
                   "modules_prod": len(matching.prod), "padding": padding}
+    if comm.world > 1:  # under torchrun: how many ranks ran it and what they shared (the rows are the same either way)
+        provenance.update(ranks=comm.world, shard=shard)
     if launched:
         provenance["triton_interpreter"] = launched
     if ref_launched:
@@ -272,23 +307,56 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance, warnings)
 
 
-def _module_rows(run, rows, module, order, built, matching, found, backward) -> None:
+def _module_rows(slots, module, order, built, matching, found, backward) -> None:
     ref_mod, prod_mod = matching.ref[module], matching.prod[module]
     kind, prod_kind = type(ref_mod).__name__, type(prod_mod).__name__
     if found.calls.get(module, 0) > 1:
         notes = built.notes + (f"called {found.calls[module]} times per forward: certified on its first call",)
     else:
         notes = built.notes
+    cost = _parameters(ref_mod)
     if built.forward is None:
-        rows.append(ModuleRow(module, kind, prod_kind, "forward", order, None, built.forward_skipped, notes))
+        slots.append(ModuleRow(module, kind, prod_kind, "forward", order, None, built.forward_skipped, notes))
     else:
-        run(built.forward, module, "forward", order, kind, prod_kind, notes)
+        slots.append(_Job(len(slots), built.forward, module, "forward", order, kind, prod_kind, notes, cost))
     if backward:
         if built.backward is None:
-            rows.append(ModuleRow(module, kind, prod_kind, "backward", order, None, built.backward_skipped,
-                                  notes + built.backward_notes))
+            slots.append(ModuleRow(module, kind, prod_kind, "backward", order, None, built.backward_skipped,
+                                   notes + built.backward_notes))
         else:
-            run(built.backward, module, "backward", order, kind, prod_kind, notes + built.backward_notes)
+            slots.append(_Job(len(slots), built.backward, module, "backward", order, kind, prod_kind,
+                              notes + built.backward_notes, BACKWARD_COST * cost))
+
+
+def _parameters(module: nn.Module) -> float:
+    """The elements of a module's parameters (its children's too): the cost proxy of its rows."""
+    return float(sum(p.numel() for p in module.parameters()))
+
+
+def _run_rows(slots: list[ModuleRow | _Job], run: Callable[[_Job], ModuleRow], shard: str,
+              comm) -> list[ModuleRow]:
+    """Every slot's row, in execution order: the jobs run one after the other on every rank (their replicates
+    shared among torchrun's ranks), or, with ``shard="rows"`` under torchrun, shared out whole (model/shard.py)."""
+    if shard != "rows" or comm.world == 1:
+        for i, slot in enumerate(slots):
+            if isinstance(slot, _Job):
+                slots[i] = run(slot)  # the row replaces its job: the case and what it holds are freed as rows run
+        return slots
+    jobs = [s for s in slots if isinstance(s, _Job)]
+    skipped = len(slots) - len(jobs)
+
+    def alone(job: _Job) -> ModuleRow:
+        with distributed.alone():
+            return run(job)
+
+    def failure(exc: Exception, finished: int) -> BaseException:  # the rows finished on every rank, skipped ones too
+        if isinstance(exc, ModelTimeLimitReached):
+            return ModelTimeLimitReached(exc.model, exc.row, finished + skipped, exc.rows, exc.limit, exc.checkpoint,
+                                         exc.stopped)
+        return exc
+
+    done = iter(run_shared(jobs, [j.cost for j in jobs], alone, comm, failure))
+    return [next(done) if isinstance(s, _Job) else s for s in slots]
 
 
 def _other_interfaces(prod_model, matching, plan, ref_calls, kwargs, extra) -> dict[str, str]:
@@ -312,10 +380,10 @@ def _other_interfaces(prod_model, matching, plan, ref_calls, kwargs, extra) -> d
     return foreign
 
 
-def _foreign_rows(rows, module, order, reason, matching, backward) -> None:
+def _foreign_rows(slots, module, order, reason, matching, backward) -> None:
     kind, prod_kind = type(matching.ref[module]).__name__, type(matching.prod[module]).__name__
     for direction in ("forward", "backward") if backward else ("forward",):
-        rows.append(ModuleRow(module, kind, prod_kind, direction, order, None, reason))
+        slots.append(ModuleRow(module, kind, prod_kind, direction, order, None, reason))
 
 
 def _few(names: list[str], limit: int = 8) -> str:

@@ -54,3 +54,19 @@ def stable_dict(report, *environment_keys: str):
     for key in environment_keys:
         data["provenance"]["environment"].pop(key)
     return data
+
+
+MODEL_RUN_VARYING = ("wall_time_s", "ranks", "shard")  # a model report's provenance fields that differ between equal runs
+
+
+def stable_model_dict(report: dict, *environment_keys: str) -> dict:
+    """A model report (``kcert.model/1``, one pair's JSON object) without what differs between equal runs: each
+    row's certificate through :func:`stable_dict`, and the model provenance's wall time, ranks and shard (one
+    process and any number of ranks, sharing rows or replicates, give the same rows)."""
+    data = copy.deepcopy(report)
+    for row in data["rows"]:
+        if row.get("certificate") is not None:
+            row["certificate"] = stable_dict(row["certificate"], *environment_keys)
+    for key in MODEL_RUN_VARYING:
+        data["provenance"].pop(key, None)
+    return data
