@@ -103,3 +103,19 @@ def swapped(model, path, cls):
     prod = copy.deepcopy(model)
     prod.get_submodule(path).__class__ = cls
     return prod
+
+
+def write_defect_pair_file(path, names):
+    """A ``kcert model`` file at ``path`` defining the pair "defect": :func:`tiny` against a copy whose
+    ``layers.1.norm2`` adds eps outside the square root, with the modules selected by ``names`` (fnmatch)."""
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parent)
+    Path(path).write_text(
+        f"import sys\nsys.path.insert(0, {here!r})\nimport kcert\n"
+        "from model_fixtures import EpsOutside, SEQ, VOCAB, swapped, tiny\n\n"
+        "ref = tiny()\n"
+        "defect = kcert.ModelPair('defect', ref, swapped(ref, 'layers.1.norm2', EpsOutside),\n"
+        "                         {'input_ids': kcert.Integers((2, SEQ), 0, VOCAB)},\n"
+        f"                         modules=kcert.Modules(names={tuple(names)!r}))\n")
+    return Path(path)

@@ -2,32 +2,16 @@
 a FAIL, --export-case round trip through ``kcert certify``, and a model file that defines no pair."""
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from kcert.cli import main
-
-TESTS = Path(__file__).resolve().parent
-
-MODEL_FILE = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import kcert
-from model_fixtures import EpsOutside, SEQ, VOCAB, swapped, tiny
-
-ref = tiny()
-defect = kcert.ModelPair("defect", ref, swapped(ref, "layers.1.norm2", EpsOutside),
-                         {{"input_ids": kcert.Integers((2, SEQ), 0, VOCAB)}},
-                         modules=kcert.Modules(names=("layers.1", "layers.1.norm*")))
-"""
+from model_fixtures import write_defect_pair_file
 
 
 def _file(tmp_path) -> Path:
-    path = tmp_path / "pairs.py"
-    path.write_text(textwrap.dedent(MODEL_FILE))
-    return path
+    return write_defect_pair_file(tmp_path / "pairs.py", ("layers.1", "layers.1.norm*"))
 
 
 def test_the_command_reports_the_localized_module_and_exits_1(tmp_path, capsys):

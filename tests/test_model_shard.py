@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -19,8 +18,7 @@ from kcert.errors import KernelError, ModelTimeLimitReached, TimeLimitReached
 from kcert.model.shard import deal, longest_first, run_shared
 from kcert.report.stable import stable_model_dict
 from kernels import ThreadRanks
-
-TESTS = Path(__file__).resolve().parent
+from model_fixtures import write_defect_pair_file
 
 
 class Ranks(ThreadRanks):
@@ -118,10 +116,8 @@ def test_a_time_limit_counts_the_rows_finished_on_every_rank():
             raise ModelTimeLimitReached("m", "row b", 0, 4, 5.0, None, stopped)
         return j
 
-    def failure(exc, finished):
-        return ModelTimeLimitReached(exc.model, exc.row, finished, exc.rows, exc.limit, exc.checkpoint, exc.stopped)
-
-    out = Ranks(2, counters=False).run(["a", "b", "c", "d"], [4, 3, 2, 1], work, failure=failure)
+    out = Ranks(2, counters=False).run(["a", "b", "c", "d"], [4, 3, 2, 1], work,
+                                       failure=lambda exc, finished: exc.with_finished(finished))
     for result, _ in out:
         assert isinstance(result, ModelTimeLimitReached)
         # the static deal: rank 0 takes a and d, rank 1 b and c; b stops rank 1 before c, so a and d finished
@@ -142,17 +138,8 @@ def test_certify_model_rejects_an_unknown_shard():
                             shard="auto")
 
 
-MODEL_FILE = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import kcert
-from model_fixtures import EpsOutside, SEQ, VOCAB, swapped, tiny
-
-ref = tiny()
-defect = kcert.ModelPair("defect", ref, swapped(ref, "layers.1.norm2", EpsOutside),
-                         {{"input_ids": kcert.Integers((2, SEQ), 0, VOCAB)}},
-                         modules=kcert.Modules(names=("layers.1.norm*", "layers.1.mlp")))
-"""
+def _file(tmp_path):
+    return write_defect_pair_file(tmp_path / "pairs.py", ("layers.1.norm*", "layers.1.mlp"))
 
 
 def _comparable(path):
@@ -165,8 +152,7 @@ def test_torchrun_two_ranks_sharing_rows_give_the_one_process_report(tmp_path, c
     resume in one process to the same report."""
     from kcert.cli import main
 
-    pairs = tmp_path / "pairs.py"
-    pairs.write_text(textwrap.dedent(MODEL_FILE))
+    pairs = _file(tmp_path)
     args = ["model", str(pairs), "-R", "16", "--no-peer-rules"]
     one = main([*args, "--json", str(tmp_path / "one.json")])
     assert one == 1, capsys.readouterr().err  # the norm's defect FAILs
@@ -189,8 +175,7 @@ def test_torchrun_two_ranks_sharing_rows_give_the_one_process_report(tmp_path, c
 def test_torchrun_rows_out_of_time_stop_every_rank_with_one_message(tmp_path):
     """--shard rows --max-time spent at once: each rank stops at its first row, the ranks gather the failures,
     rank 0 reports --max-time with the rows finished over both ranks (none) and exits; no rank hangs."""
-    pairs = tmp_path / "pairs.py"
-    pairs.write_text(textwrap.dedent(MODEL_FILE))
+    pairs = _file(tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           "-m", "kcert", "model", str(pairs), "-R", "16", "--shard", "rows", "--max-time", "0.001",

@@ -157,3 +157,7 @@ class ModelTimeLimitReached(TimeLimitReached):
 
     def __reduce__(self):
         return type(self), (self.model, self.row, self.finished, self.rows, self.limit, self.checkpoint, self.stopped)
+
+    def with_finished(self, finished: int) -> ModelTimeLimitReached:
+        """The same stop, counting ``finished`` rows (torchrun's ranks sharing rows add up what each finished)."""
+        return type(self)(self.model, self.row, finished, self.rows, self.limit, self.checkpoint, self.stopped)

@@ -350,10 +350,7 @@ def _run_rows(slots: list[ModuleRow | _Job], run: Callable[[_Job], ModuleRow], s
             return run(job)
 
     def failure(exc: Exception, finished: int) -> BaseException:  # the rows finished on every rank, skipped ones too
-        if isinstance(exc, ModelTimeLimitReached):
-            return ModelTimeLimitReached(exc.model, exc.row, finished + skipped, exc.rows, exc.limit, exc.checkpoint,
-                                         exc.stopped)
-        return exc
+        return exc.with_finished(finished + skipped) if isinstance(exc, ModelTimeLimitReached) else exc
 
     done = iter(run_shared(jobs, [j.cost for j in jobs], alone, comm, failure))
     return [next(done) if isinstance(s, _Job) else s for s in slots]
