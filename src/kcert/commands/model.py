@@ -41,6 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="the input marking padded positions (1 a token, 0 padding): outputs there are zeroed on both "
                           "sides (default: the pair's, else attention_mask when the inputs have it; docs/model.md)")
     pad.add_argument("--no-padding", action="store_true", help="compare every position, padded or not")
+    p.add_argument("--rename", action="append", metavar="PATTERN=NAME",
+                   help="rename prod's modules to ref's before matching (prod in another framework's layout): a "
+                        "regular expression on prod's whole qualified name, then ref's name (\\1 for groups); "
+                        "repeatable, the first that matches renames; replaces the pair's own rename (docs/model.md)")
     p.add_argument("--shard", choices=("replicates", "rows"), default="replicates",
                    help="under torchrun, what the ranks share: each row's replicates (default), or whole rows taken "
                         "from one queue, costliest first: faster at a low -R with many rows (the same certificate "
@@ -165,6 +169,8 @@ def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | N
     options.update({k: False for k in ("backward", "end_to_end") if not getattr(args, k)})
     if args.no_padding or args.padding:
         options["padding"] = None if args.no_padding else args.padding
+    if args.rename:
+        options["rename"] = args.rename
     with replicates_bar(pair.name, streams.err) as bar:
         task = bar.add_task("replicates", total=args.replicates)
 
@@ -188,9 +194,10 @@ def _export(args, pairs, streams) -> int:
     from ..model.export import write_case_file
 
     module, out = args.export_case
-    if args.padding or args.no_padding:
-        streams.error("--export-case writes a file that rebuilds the pair from the model file, with the pair's own "
-                      "padding: set it there (ModelPair(..., options={'padding': ...})), not with --padding/--no-padding")
+    if args.padding or args.no_padding or args.rename:
+        what, flags = ("rename", "--rename") if args.rename else ("padding", "--padding/--no-padding")
+        streams.error(f"--export-case writes a file that rebuilds the pair from the model file, with the pair's own "
+                      f"{what}: set it there (ModelPair(..., options={{{what!r}: ...}})), not with {flags}")
         return EXIT_ERROR
     if len(pairs) != 1:
         streams.error(f"--export-case needs one pair; the file defines {[p.name for p in pairs]}: pick one with --case")

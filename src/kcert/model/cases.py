@@ -72,6 +72,21 @@ def _pick(out, path: tuple):
     return out
 
 
+def adapted(adapt: Callable, args: tuple, kwargs: dict, where: str) -> tuple[tuple, dict]:
+    """``adapt(args, kwargs)``: the arguments ref's module receives made into those prod's module takes (another
+    framework's signature, docs/model.md "Another framework's names"), checked to be an ``(args, kwargs)`` pair."""
+    try:
+        out = adapt(tuple(args), dict(kwargs))
+    except Exception as exc:
+        raise KernelError(f"{where}: the adapter {getattr(adapt, '__qualname__', adapt)!r} raised "
+                          f"{type(exc).__name__} on ref's recorded arguments: {exc}") from exc
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], (tuple, list))
+            and isinstance(out[1], Mapping)):
+        raise KernelError(f"{where}: the adapter {getattr(adapt, '__qualname__', adapt)!r} must return (args, "
+                          f"kwargs), a tuple and a dict; got {type(out).__name__}")
+    return tuple(out[0]), dict(out[1])
+
+
 def call_module(module: nn.Module, params: Mapping[str, torch.Tensor], args: tuple, kwargs: dict):
     """``module(*args, **kwargs)`` with ``params`` in place of its parameters (none: its own). A torch.compile'd
     module's wrapper is called, so it runs compiled; it names its parameters ``_orig_mod.<name>``."""
@@ -92,6 +107,7 @@ class ModuleCall:
     outputs: tuple[tuple, ...]  # key paths of the certified outputs
     name: str
     memo: Slot | None = None  # ref's forward: the slot whose recording may hold this module's outputs
+    adapt: Callable | None = None  # prod's: (args, kwargs) ref's module receives -> those prod's takes
 
     def pick(self, out) -> tuple:
         """The certified outputs out of the module's whole output."""
@@ -107,6 +123,8 @@ class ModuleCall:
         """The module called on ``kwargs`` (padding not applied)."""
         values = {k: in_mode(v) for k, v in kwargs.items() if k != VALID}
         args, kw = self.layout.rebuild(values)
+        if self.adapt is not None:
+            args, kw = adapted(self.adapt, args, kw, self.name)
         out = call_module(self.module, {p: values[param_key(p)] for p in self.params}, args, kw)
         picked = self.pick(out)
         for path, value in zip(self.outputs, picked):
@@ -196,12 +214,13 @@ def _shared_params(ref_mod: nn.Module, prod_mod: nn.Module) -> tuple[dict, str |
 def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: nn.Module,
                  inputs: Mapping[str, Probe], extra: Mapping, dtype: torch.dtype, seed: int, backward: bool,
                  case_name: str, copies: dict[int, torch.Tensor] | None = None,
-                 padding: str | None = None) -> ModuleCases:
+                 padding: str | None = None, adapt: Callable | None = None) -> ModuleCases:
     """The forward and backward cases of module ``name`` (either None with the reason when it cannot be
     certified: no floating output in both models, nothing to differentiate). ``copies`` (id of a parameter ->
     its copy) shares the weights' copies between the cases of one run, all built before its rows: one copy
     per parameter, not one per selected module that contains it. ``padding``: the model input that marks
-    padded positions (model/padding.py), whose outputs are zeroed on both sides."""
+    padded positions (model/padding.py), whose outputs are zeroed on both sides. ``adapt``: prod's module's
+    arguments made from ref's (:func:`adapted`)."""
     where = f"module {name!r}"
     cpu = torch.device("cpu")
     g = seeding.generator(seed, seeding.INPUTS, 0)
@@ -222,8 +241,8 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
     weights = {param_key(p): Fixed(v) for p, v in param_values.items()}
     notes = [param_note] if param_note else []
 
-    def call(module, label, paths=None):
-        return ModuleCall(module, layout, tuple(params), tuple(paths or ()), label)
+    def call(module, label, paths=None, adapt=None):
+        return ModuleCall(module, layout, tuple(params), tuple(paths or ()), label, adapt=adapt)
 
     trial = {**values, **{param_key(p): v for p, v in param_values.items()}}
     outs = {}
@@ -231,11 +250,19 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
         try:
             with torch.no_grad():
                 args, kw = layout.rebuild(values)
+                if role == "prod" and adapt is not None:
+                    args, kw = adapted(adapt, args, kw, where)
                 out = call_module(module, param_values, args, kw)
+        except KernelError:  # the adapter's, which names itself
+            raise
         except Exception as exc:
             raise KernelError(f"{where}: {role}'s module raised {type(exc).__name__} on ref's recorded inputs: "
                               f"{exc}") from exc
         outs[role] = output_paths(out)
+    if list(outs["prod"]) == ["output"] and "output" not in outs["ref"] and "output[0]" in outs["ref"]:
+        # prod returns a bare tensor where ref returns a tuple (Hugging Face's attention: (output, weights)): it
+        # stands for ref's first output; the rest of ref's are named below as ref's only
+        outs["prod"] = {"output[0]": outs["prod"]["output"]}
     common = [k for k in outs["ref"] if k in outs["prod"]]
     only = sorted(set(outs["ref"]) ^ set(outs["prod"]))
     if only:
@@ -254,7 +281,8 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
     kind = type(ref_mod).__name__
     ref_call = ModuleCall(ref_mod, layout, tuple(params), tuple(paths), f"ref {name}", memo=slot)
     forward = Case(name=f"{case_name}:{name}", ref=ref_call,
-                   prod=call(prod_mod, f"prod {name}", paths), inputs=probes, weights=weights, buckets=buckets,
+                   prod=call(prod_mod, f"prod {name}", [outs["prod"][k] for k in common], adapt), inputs=probes,
+                   weights=weights, buckets=buckets,
                    dtype=dtype, output_names=common,
                    description=f"{kind} {name!r} on ref's recorded inputs ({type(prod_mod).__name__} as prod)")
     if not backward:
@@ -442,27 +470,45 @@ def _kept_model_outputs(call: ModelCall, kwargs: dict) -> tuple | None:
 
 def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], extra: Mapping,
                     loss: Callable | None, dtype: torch.dtype, seed: int, case_name: str,
-                    padding: str | None = None) -> Case:
+                    padding: str | None = None, prod_extra: Mapping | None = None) -> Case:
     """The model's own outputs (logits when it has them, else its floating outputs; the loss when given), zeroed
-    at the padded positions of ``padding`` (the loss is the user's: it masks padding as training does)."""
+    at the padded positions of ``padding`` (the loss is the user's: it masks padding as training does). prod's
+    outputs are found in its own output the same way (``prod_extra``: its forward's keywords, when not ref's): a
+    port that returns its logits as a bare tensor is compared with ref's ``logits``."""
     g = seeding.generator(seed, seeding.INPUTS, 0)
     kwargs = draw_model_inputs(inputs, g, torch.device("cpu"), dtype)
-    try:
-        with torch.no_grad():
-            out = ref_model(**kwargs, **extra)
-    except Exception as exc:
-        raise KernelError(f"{case_name}: ref_model raised {type(exc).__name__} on the inputs: {exc}") from exc
-    logits = getattr(out, "logits", None)
-    found = {"logits": (_attr_path(out, "logits"),)} if isinstance(logits, torch.Tensor) else output_paths(out)
+    prod_extra = extra if prod_extra is None else prod_extra
+    outs = {}
+    for role, model, keywords in (("ref", ref_model, extra), ("prod", prod_model, prod_extra)):
+        try:
+            with torch.no_grad():
+                outs[role] = model(**kwargs, **keywords)
+        except Exception as exc:
+            raise KernelError(f"{case_name}: {role}_model raised {type(exc).__name__} on the inputs: {exc}") from exc
+    found = _model_outputs(outs["ref"])
     if not found and loss is None:
         raise CaseError(f"{case_name}: the model returns no floating tensor and no loss was given")
+    prod_found = _model_outputs(outs["prod"])
+    if list(prod_found) != list(found):
+        if len(found) == 1 and list(prod_found) == ["output"]:  # a bare tensor stands for ref's one output
+            prod_found = {next(iter(found)): prod_found["output"]}
+        else:
+            raise CaseError(f"{case_name}: the two models return other outputs (ref: {', '.join(found) or 'none'}; "
+                            f"prod: {', '.join(prod_found) or 'none'}), so the end-to-end row cannot pair them; "
+                            "give end_to_end=False (--no-end-to-end), or wrap one model so that both return the same")
     names = list(found) + (["loss"] if loss is not None else [])
-    shapes = [_pick(out, p).dim() for p in found.values()] + ([0] if loss is not None else [])
+    shapes = [_pick(outs["ref"], p).dim() for p in found.values()] + ([0] if loss is not None else [])
     buckets = [Axes(-1) if d else Axes() for d in shapes]
     return Case(name=f"{case_name}:end to end", ref=ModelCall(ref_model, tuple(found.values()), loss, extra, padding),
-                prod=ModelCall(prod_model, tuple(found.values()), loss, extra, padding), inputs=dict(inputs),
-                buckets=buckets, dtype=dtype, output_names=names,
+                prod=ModelCall(prod_model, tuple(prod_found.values()), loss, prod_extra, padding),
+                inputs=dict(inputs), buckets=buckets, dtype=dtype, output_names=names,
                 description="the whole model on the drawn inputs (errors of every module, propagated)")
+
+
+def _model_outputs(out) -> dict[str, tuple]:
+    """A model's certified outputs: its ``logits`` when it has them, else every floating tensor (name -> path)."""
+    logits = getattr(out, "logits", None)
+    return {"logits": (_attr_path(out, "logits"),)} if isinstance(logits, torch.Tensor) else output_paths(out)
 
 
 def _attr_path(out, name):

@@ -19,11 +19,12 @@ from ..certification import certify
 from ..errors import CaseError, KcertError, ModelTimeLimitReached, TimeLimitReached
 from ..execution import distributed, seeding
 from ..settings import Settings
-from .cases import end_to_end_case, module_cases
+from .cases import adapted, end_to_end_case, module_cases
 from .interpreter import interpreter_compat, shared_patch_warning, triton_launches
 from .padding import DEFAULT as PADDING
 from .padding import resolve as resolve_padding
-from .record import draw_model_inputs, first_calls, interface_difference
+from .record import call_difference, draw_model_inputs, first_calls, interface_difference
+from .rename import Rename, RenameSpec, adapters
 from .results import ModelCertificate, ModuleRow
 from .select import COMPILED, Modules, match, never_ran, parameter_differences, select, trace
 from .shard import SHARDS, run_shared
@@ -68,6 +69,7 @@ class _Job:
     prod_kind: str
     notes: tuple[str, ...]
     cost: float
+    prod_module: str | None = None  # prod's own name of the module, when a rename gave it ref's
 
 
 def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
@@ -120,6 +122,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                   modules: Modules | None = None, backward: bool = True, end_to_end: bool = True,
                   loss: Callable[[Any, dict], torch.Tensor] | None = None, dtype: torch.dtype = torch.bfloat16,
                   name: str = "model", padding: str | None = PADDING, shard: str = "replicates",
+                  rename: RenameSpec | Rename | None = None, adapt: Mapping[str, Callable] | None = None,
                   settings: Settings | int | None = None,
                   progress: Callable[[int, int], None] | None = None,
                   on_event: Callable[[str, dict], None] | None = None, **overrides) -> ModelCertificate:
@@ -158,6 +161,17 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         alone; the ranks meet once, at the end): faster at a low R with many rows (a first look at R = 64),
         not at the default R (docs/model.md, "Checkpoints, time and ranks"). The certificate is the same either
         way; the provenance records ``ranks`` and ``shard``. Ignored in one process.
+    rename : dict of str -> str, list of "PATTERN=REPLACEMENT", callable, or None
+        prod's qualified module names renamed to ref's before matching (prod written in another framework's
+        layout: ``{r"layers[.](\\d+)[.]attention[.]wq": r"model.layers.\\1.self_attn.q_proj"}``): regular
+        expressions on whole names, the first rule that matches renames; or a function ``prod name -> ref name``.
+        Parameters follow their module. Two modules given one name, or a rule that renames nothing, is an error
+        (docs/model.md, "Another framework's names").
+    adapt : dict of str -> callable, optional
+        For prod's modules whose forward takes other arguments than ref's receives (another framework's
+        attention: ``forward(x, freqs)``): regular expressions on ref's whole module names -> ``fn(args, kwargs) ->
+        (args, kwargs)``, which makes prod's arguments from ref's recorded ones, in every replicate and in the
+        float64 evaluations (torch operations only). Without one such a module's rows are SKIPPED.
     settings, progress, on_event, **overrides
         As :func:`kcert.certify`, for every row, except that the algebra gate's symbolic proof is off unless
         ``algebra_proof=True`` is given (modules close over their sizes, so it is rarely reached and costly); a
@@ -214,7 +228,10 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     start = time.perf_counter()
     inputs = dict(inputs)
     extra = forward_extras(ref_model, inputs)
-    matching = match(ref_model, prod_model)
+    prod_extra = forward_extras(getattr(prod_model, COMPILED, prod_model), inputs)  # its own forward's keywords
+    rename = Rename.build(rename)
+    matching = match(ref_model, prod_model, rename)
+    adapting = adapters(adapt, matching.ref)
     kwargs = draw_model_inputs(inputs, seeding.generator(settings.seed, seeding.INPUTS, 0), torch.device("cpu"),
                                dtype)
     padding = resolve_padding(inputs, padding, kwargs, f"certify_model({name!r})")
@@ -233,7 +250,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     unmatched = [("ref", n) for n in matching.only_ref] + [("prod", n) for n in matching.only_prod]
     planned = [n for n in chosen if n in matching.prod]
     with interpreter_compat():  # prod's forward may launch Triton kernels (model/interpreter.py)
-        foreign = _other_interfaces(prod_model, matching, planned, found.first_call, kwargs, extra)
+        foreign = _other_interfaces(prod_model, matching, planned, found.first_call, kwargs, prod_extra, adapting)
     found.first_call.clear()  # ref's inputs of every module: one forward's activations, not kept all run long
     plan = [n for n in planned if n not in foreign]  # the modules whose cases are built and run
     total = len(planned) * (2 if backward else 1) + bool(end_to_end)
@@ -260,18 +277,19 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         except TimeLimitReached as exc:
             raise ModelTimeLimitReached(name, label, job.index, total, settings.max_time, settings.checkpoint,
                                         exc) from exc
-        return ModuleRow(job.module, job.kind, job.prod_kind, job.direction, job.order, cert, None, job.notes)
+        return ModuleRow(job.module, job.kind, job.prod_kind, job.direction, job.order, cert, None, job.notes,
+                         job.prod_module)
 
-    launched, ref_launched = triton_launches(prod_model, kwargs, extra, dtype, name, ref_model)
+    launched, ref_launched = triton_launches(prod_model, kwargs, prod_extra, dtype, name, ref_model, extra)
     compiled_whole = isinstance(getattr(prod_model, COMPILED, None), nn.Module)
     with interpreter_compat():  # Triton kernels inside the models, on a CPU (model/interpreter.py); no-op elsewhere
         built_all, copies = [], {}  # every module's cases first: the store needs every layout before the first row
         for module in plan:
             ref_mod, prod_mod = matching.ref[module], matching.prod[module]
             built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
-                                          backward, name, copies, padding))
-        whole = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name, padding) \
-            if end_to_end else None
+                                          backward, name, copies, padding, adapting.get(module)))
+        whole = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name, padding,
+                                prod_extra) if end_to_end else None
         pickers = [b.forward.ref.pick if b.forward is not None and REUSE_REF_OUTPUTS else None for b in built_all]
         model_pick = whole.ref.pick if whole is not None and REUSE_REF_OUTPUTS else None
         store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all], pickers, model_pick)
@@ -294,6 +312,8 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                   "inputs": {k: p.describe() for k, p in inputs.items()}, "wall_time_s": time.perf_counter() - start,
                   "command": settings.command, "selected": len(chosen), "modules_ref": len(matching.ref),
                   "modules_prod": len(matching.prod), "padding": padding}
+    if rename is not None:  # the rules, and every matched module whose name prod's model gives otherwise
+        provenance.update(rename=rename.describe(), renamed=dict(matching.prod_names))
     if comm.world > 1:  # under torchrun: how many ranks ran it and what they shared (the rows are the same either way)
         provenance.update(ranks=comm.world, shard=shard)
     if launched:
@@ -302,30 +322,33 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         provenance["ref_triton_interpreter"] = ref_launched
     if compiled_whole:
         provenance["prod_compiled_whole"] = True
-    warnings = tuple(w for w in (parameter_differences(ref_model, prod_model), shared_patch_warning(ref_launched))
-                     if w)
+    warnings = tuple(w for w in (parameter_differences(ref_model, prod_model, rename),
+                                 shared_patch_warning(ref_launched)) if w)
     return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance, warnings)
 
 
 def _module_rows(slots, module, order, built, matching, found, backward) -> None:
     ref_mod, prod_mod = matching.ref[module], matching.prod[module]
     kind, prod_kind = type(ref_mod).__name__, type(prod_mod).__name__
+    prod_name = matching.prod_names.get(module)
     if found.calls.get(module, 0) > 1:
         notes = built.notes + (f"called {found.calls[module]} times per forward: certified on its first call",)
     else:
         notes = built.notes
     cost = _parameters(ref_mod)
     if built.forward is None:
-        slots.append(ModuleRow(module, kind, prod_kind, "forward", order, None, built.forward_skipped, notes))
+        slots.append(ModuleRow(module, kind, prod_kind, "forward", order, None, built.forward_skipped, notes,
+                               prod_name))
     else:
-        slots.append(_Job(len(slots), built.forward, module, "forward", order, kind, prod_kind, notes, cost))
+        slots.append(_Job(len(slots), built.forward, module, "forward", order, kind, prod_kind, notes, cost,
+                          prod_name))
     if backward:
         if built.backward is None:
             slots.append(ModuleRow(module, kind, prod_kind, "backward", order, None, built.backward_skipped,
-                                   notes + built.backward_notes))
+                                   notes + built.backward_notes, prod_name))
         else:
             slots.append(_Job(len(slots), built.backward, module, "backward", order, kind, prod_kind,
-                              notes + built.backward_notes, BACKWARD_COST * cost))
+                              notes + built.backward_notes, BACKWARD_COST * cost, prod_name))
 
 
 def _parameters(module: nn.Module) -> float:
@@ -356,31 +379,46 @@ def _run_rows(slots: list[ModuleRow | _Job], run: Callable[[_Job], ModuleRow], s
     return [next(done) if isinstance(s, _Job) else s for s in slots]
 
 
-def _other_interfaces(prod_model, matching, plan, ref_calls, kwargs, extra) -> dict[str, str]:
-    """Planned modules whose prod receives, in prod's own model, an argument of another kind than ref's
+def _other_interfaces(prod_model, matching, plan, ref_calls, kwargs, extra, adapting) -> dict[str, str]:
+    """Planned modules whose prod's forward does not take the arguments ref's receives (``call_difference``: a
+    module of another framework), or receives, in prod's own model, an argument of another kind than ref's
     receives in ref's (``ref_calls``: each module's first call in the traced forward of ref;
     ``interface_difference``): module -> the reason its rows are SKIPPED. Run on ref's
     recorded inputs, such a module would get an input it never gets (a flex-attention module fed eager's tensor
-    mask crashed the process in its compiled kernel): it is left to the end-to-end row and its own children."""
+    mask crashed the process in its compiled kernel): it is left to the end-to-end row and its own children.
+    A module with an adapter (``adapting``) is judged on the arguments its adapter makes of ref's."""
     eager = getattr(prod_model, COMPILED, None)  # a whole-model compile: its eager model has the same interfaces,
     prod_eager = eager if isinstance(eager, nn.Module) else prod_model  # and hooks would recompile the graph
     prod_calls = first_calls(prod_eager, {n: matching.prod[n] for n in plan}, kwargs, extra)
     foreign = {}
     for name in plan:
-        if name in ref_calls and name in prod_calls:
-            difference = interface_difference(ref_calls[name], prod_calls[name], matching.ref[name])
-            if difference:
-                foreign[name] = (f"prod's module takes another interface: {difference} (another backend builds "
-                                 "other inputs); run on ref's recorded inputs it would get an input it never gets, "
-                                 "so it is not certified in isolation: the end-to-end row and the modules inside it "
-                                 "compare it")
+        if name not in ref_calls:
+            continue
+        ref_call = ref_calls[name]
+        if name in adapting:
+            ref_call = adapted(adapting[name], *ref_call, f"module {name!r}")
+        unbound = call_difference(ref_call, matching.prod[name])
+        if unbound:  # prod's forward has another signature (another framework's module): it cannot be called so
+            how = "its adapter's arguments" if name in adapting else "ref's recorded inputs (an adapter can make " \
+                "them: certify_model(adapt=...))"
+            foreign[name] = (f"prod's module takes another interface: {unbound}; it cannot run on {how}, so it is not "
+                             "certified in isolation: the end-to-end row and the modules inside it compare it")
+            continue
+        difference = interface_difference(ref_call, prod_calls[name], matching.prod[name] if name in adapting
+                                          else matching.ref[name]) if name in prod_calls else None
+        if difference:
+            foreign[name] = (f"prod's module takes another interface: {difference} (another backend builds "
+                             "other inputs); run on ref's recorded inputs it would get an input it never gets, "
+                             "so it is not certified in isolation: the end-to-end row and the modules inside it "
+                             "compare it")
     return foreign
 
 
 def _foreign_rows(slots, module, order, reason, matching, backward) -> None:
     kind, prod_kind = type(matching.ref[module]).__name__, type(matching.prod[module]).__name__
     for direction in ("forward", "backward") if backward else ("forward",):
-        slots.append(ModuleRow(module, kind, prod_kind, direction, order, None, reason))
+        slots.append(ModuleRow(module, kind, prod_kind, direction, order, None, reason, (),
+                               matching.prod_names.get(module)))
 
 
 def _few(names: list[str], limit: int = 8) -> str:

@@ -20,6 +20,7 @@ from .padding import DEFAULT as PADDING
 from .padding import resolve as resolve_padding
 from .record import draw_model_inputs
 from .pair import ModelPair, load_pairs
+from .rename import Rename, adapters
 from .select import match
 
 
@@ -33,7 +34,7 @@ def module_case(model_file: str, pair: str, module: str, direction: str = "forwa
 
 
 def pair_case(pair: ModelPair, module: str, direction: str = "forward", seed: int = 0) -> Case:
-    matching = match(pair.ref, pair.prod)
+    matching = _matching(pair)
     for role, names in (("ref", matching.ref), ("prod", matching.prod)):
         if module not in names:
             raise CaseError(f"pair {pair.name!r}: {role} has no module {module!r}; its modules are "
@@ -41,14 +42,20 @@ def pair_case(pair: ModelPair, module: str, direction: str = "forward", seed: in
     ref_mod: nn.Module = matching.ref[module]
     drawn = draw_model_inputs(pair.inputs, seeding.generator(seed, seeding.INPUTS, 0), torch.device("cpu"), pair.dtype)
     padding = resolve_padding(pair.inputs, pair.options.get("padding", PADDING), drawn, f"pair {pair.name!r}")
+    adapt = adapters(pair.options.get("adapt"), matching.ref).get(module)
     built = module_cases(module, pair.ref, ref_mod, matching.prod[module], dict(pair.inputs),
                          forward_extras(pair.ref, pair.inputs), pair.dtype, seed, direction == "backward", pair.name,
-                         padding=padding)
+                         padding=padding, adapt=adapt)
     case = built.forward if direction == "forward" else built.backward
     if case is None:
         why = built.forward_skipped if direction == "forward" else built.backward_skipped
         raise CaseError(f"pair {pair.name!r}: module {module!r} has no {direction} case: {why}")
     return case
+
+
+def _matching(pair: ModelPair):
+    """The pair's modules matched as ``kcert model`` matches them (its ``rename`` option too)."""
+    return match(pair.ref, pair.prod, Rename.build(pair.options.get("rename")))
 
 
 TEMPLATE = '''"""kcert case file exported by `kcert model {model_file} --export-case {module} ...` (pair {pair!r}).
@@ -73,7 +80,7 @@ def write_case_file(pair: ModelPair, model_file: str, module: str, out: str, bac
     """Write the case file ``out`` for ``module`` (forward, and backward when asked and available); returns
     the names of the cases written. The cases are built once here, so a module that cannot be exported
     fails now, not in ``kcert certify``."""
-    matching = match(pair.ref, pair.prod)
+    matching = _matching(pair)
     if module not in matching.ref or module not in matching.prod:
         where = "ref" if module not in matching.ref else "prod"
         raise CaseError(f"--export-case: {where} has no module {module!r} (pair {pair.name!r})")

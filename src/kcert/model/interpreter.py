@@ -21,23 +21,26 @@ from ..errors import KernelError, TritonPrecisionError
 
 
 def triton_launches(prod_model: nn.Module, kwargs: Mapping, extra: Mapping, dtype: torch.dtype,
-                    name: str, ref_model: nn.Module | None = None) -> tuple[list[str], list[str]]:
+                    name: str, ref_model: nn.Module | None = None,
+                    ref_extra: Mapping | None = None) -> tuple[list[str], list[str]]:
     """The Triton kernels one forward of ``prod_model`` launches in the interpreter, and those one forward of
     ``ref_model`` launches, each named once in launch order (none outside the interpreter: nothing is run then).
     ref launching any is a patch that reached both models (a fused-kernel library that replaces a function of
     the architecture's module, not of one model: Liger's ``apply_rotary_pos_emb``): the rows that run it compare
     it with itself, and :func:`shared_patch_warning` says so. Refuses a low-precision ``dtype`` when either
-    launches one (:class:`kcert.TritonPrecisionError`)."""
+    launches one (:class:`kcert.TritonPrecisionError`). ``extra``: prod's forward keywords kcert adds
+    (``ref_extra``: ref's, when they differ)."""
     if not interpreter_requested():
         return [], []
     found = {}
-    for role, model in (("prod", prod_model), ("ref", ref_model)):
+    for role, model, keywords in (("prod", prod_model, extra), ("ref", ref_model, extra if ref_extra is None
+                                                                    else ref_extra)):
         if model is None:
             found[role] = []
             continue
         try:
             with torch.no_grad(), interpreter_compat(), counting_launches() as launched:
-                model(**kwargs, **extra)
+                model(**kwargs, **keywords)
         except Exception as exc:
             raise KernelError(f"certify_model({name!r}): {role}_model raised {type(exc).__name__} on the drawn "
                               f"inputs: {exc}") from exc

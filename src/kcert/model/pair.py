@@ -34,6 +34,9 @@ class ModelPair:
     dtype : torch.dtype, default torch.bfloat16
         The working precision.
     description : str, default ""
+    options : dict, optional
+        More keywords of :func:`kcert.certify_model` for this pair: ``backward``, ``padding``, ``rename`` and
+        ``adapt`` (a port in another framework's layout: docs/model.md, "Another framework's names"), ...
 
     Examples
     --------

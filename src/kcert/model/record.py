@@ -299,6 +299,26 @@ def first_calls(model: nn.Module, modules: Mapping[str, nn.Module], kwargs: dict
     return kept
 
 
+def call_difference(ref_call: tuple[tuple, dict], prod_module: nn.Module) -> str | None:
+    """Why prod's module cannot be called with the arguments ref's module receives (``ref_call``, its first call in
+    ref's model): its forward's signature does not bind them (another framework's module: ``forward(x, freqs)``
+    where ref's receives ``hidden_states=``, ``position_embeddings=``, ``attention_mask=``), in words; None when
+    they bind or the signature cannot be read (a builtin forward: the row then finds out)."""
+    try:
+        signature = inspect.signature(prod_module.forward)
+    except (TypeError, ValueError):
+        return None
+    args, kwargs = ref_call
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        given = [f"{len(args)} positional"] * bool(args) + [", ".join(map(repr, kwargs))] * bool(kwargs)
+        shown = str(signature) if len(str(signature)) <= 100 else str(signature)[:97] + "..."
+        return (f"its forward{shown} does not take what ref's module receives ({'; '.join(given) or 'nothing'}): "
+                f"{exc}")
+    return None
+
+
 def interface_difference(ref_call: tuple[tuple, dict], prod_call: tuple[tuple, dict],
                          module: nn.Module | None = None) -> str | None:
     """An argument both modules receive in their own models as objects of different kinds (a tensor mask in

@@ -21,7 +21,7 @@ def headline(cert: ModelCertificate) -> str:
     """One sentence: the verdict and the localized module (or why nothing is localized)."""
     first = cert.first_failure
     if first is not None:
-        where = f"{first.label} ({first.kind}, {first.direction})"
+        where = f"{first.names} ({first.kind}, {first.direction})"
         return f"{cert.name}: {cert.verdict.value} - localized: {where} is the first module that FAILs on its own inputs"
     if cert.failures:
         return f"{cert.name}: {cert.verdict.value} - the model FAILs end to end, no selected module FAILs on its own"
@@ -50,7 +50,7 @@ def render(cert: ModelCertificate, console) -> None:
             figure = f"{inner}; {figure}"
         if row.notes:
             figure += "\n" + "\n".join(f"note: {n}" for n in row.notes)
-        name = Text(row.label, style="bold" if row is first else "")
+        name = Text(row.names, style="bold" if row is first else "")
         kind = row.kind if row.kind == row.prod_kind else f"{row.kind} -> {row.prod_kind}"
         t.add_row(name, kind, row.direction, Text(row.verdict.value, style=_RICH[row.verdict]),
                   row.deciding_gate or "", figure)
@@ -74,7 +74,8 @@ def _number(x):
 def row_dict(cert: ModelCertificate, row: ModuleRow) -> dict:
     c = row.certificate
     return {
-        "module": row.module, "kind": row.kind, "prod_kind": row.prod_kind, "direction": row.direction,
+        "module": row.module, "prod_module": row.prod_module, "kind": row.kind, "prod_kind": row.prod_kind,
+        "direction": row.direction,
         "order": row.order, "verdict": row.verdict.value, "deciding_gate": row.deciding_gate, "figure": row.figure,
         "bias_effect_ulp": None if c is None else _number(bias_effect(c)),
         "variance_u": None if c is None else _number(variance_bound(c)),
@@ -112,7 +113,7 @@ def _strip(cert: ModelCertificate, direction: str) -> str:
         effect = None if c is None else bias_effect(c)
         u = None if c is None else variance_bound(c)
         text = (f"bias {effect:.2g} ULP" if effect is not None else "") + (f"<br>U {u:.3g}" if u is not None else "")
-        title = e(f"{row.label} ({row.kind}): {row.verdict.value}; {row.figure}")
+        title = e(f"{row.names} ({row.kind}): {row.verdict.value}; {row.figure}")
         cells.append(f"<td title='{title}' style='background:{_COLOURS[row.verdict.value]};color:#fff;"
                      f"font-size:.75em;min-width:5em'><b>{e(row.label.split('.')[-1] or row.label)}</b><br>{text}</td>")
     if not cells:
@@ -133,7 +134,7 @@ def render_html(certs: list[ModelCertificate]) -> str:
             parts.append("<p class='note'>unmatched modules (not certified): "
                          + e(", ".join(f"{n} ({m} only)" for m, n in cert.unmatched)) + "</p>")
         rows = "".join(
-            f"<tr><td>{e(r.label)}</td><td>{e(r.kind)}</td><td>{e(r.direction)}</td><td>{_badge(r.verdict.value)}</td>"
+            f"<tr><td>{e(r.names)}</td><td>{e(r.kind)}</td><td>{e(r.direction)}</td><td>{_badge(r.verdict.value)}</td>"
             f"<td>{e(r.deciding_gate or '')}</td><td>{e(' '.join(filter(None, [_includes(cert, r), r.figure])))}"
             + "".join(f"<br><i>{e(n)}</i>" for n in r.notes) + "</td></tr>" for r in cert.rows)
         parts.append("<table><tr><th>module</th><th>kind</th><th>direction</th><th>verdict</th><th>gate</th>"

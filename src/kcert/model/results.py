@@ -32,6 +32,8 @@ class ModuleRow:
         None when the row is skipped (``skipped_reason`` says why).
     notes : tuple of str
         What the row leaves out (outputs of one model only, vanishing gradients).
+    prod_module : str or None
+        prod's own qualified name of the module when ``rename`` gave it ref's (``module``), else None.
     """
 
     module: str
@@ -42,6 +44,7 @@ class ModuleRow:
     certificate: Certificate | None = field(default=None, repr=False)
     skipped_reason: str | None = None
     notes: tuple[str, ...] = ()
+    prod_module: str | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -81,6 +84,11 @@ class ModuleRow:
     @property
     def label(self) -> str:
         return self.module or "(model)"
+
+    @property
+    def names(self) -> str:
+        """The label, with prod's own name of the module when a rename matched it (``a.b (prod: x.y)``)."""
+        return self.label if self.prod_module is None else f"{self.label} (prod: {self.prod_module})"
 
 
 def bias_effect(cert: Certificate) -> float | None:
@@ -158,10 +166,11 @@ class ModelCertificate:
 
     @property
     def first_failure(self) -> ModuleRow | None:
-        """The localized row: the first FAIL in execution order with no FAILing selected descendant (a decoder
-        layer that FAILs because its attention FAILs is not the culprit; the attention is)."""
+        """The localized row: the first FAIL module row in execution order with no FAILing selected descendant (a
+        decoder layer that FAILs because its attention FAILs is not the culprit; the attention is). None when no
+        module row FAILs, even if the end-to-end row does (nothing is localized then)."""
         for row in self.failures:
-            if not self.failing_descendants(row):
+            if row.direction != "end to end" and not self.failing_descendants(row):
                 return row
         return None
 

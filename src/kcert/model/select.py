@@ -20,6 +20,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from ..errors import CaseError
+from .rename import Rename
 
 COMPILED = "_orig_mod"  # the wrapped module of a torch.compile'd one
 
@@ -134,26 +135,35 @@ def qualified_modules(model: nn.Module) -> dict[str, nn.Module]:
 
 @dataclass(frozen=True)
 class Matching:
-    """The modules of ref and prod by qualified name: those in both, and those of one model only."""
+    """The modules of ref and prod by qualified name: those in both, and those of one model only. prod's are keyed
+    by ref's names when a :class:`~kcert.model.rename.Rename` renamed them; ``prod_names`` then gives prod's own
+    name of each renamed module (``only_prod`` lists prod's own names)."""
 
     ref: dict[str, nn.Module]
     prod: dict[str, nn.Module]
     only_ref: tuple[str, ...]
     only_prod: tuple[str, ...]
+    prod_names: dict[str, str] = field(default_factory=dict)
 
 
-def match(ref_model: nn.Module, prod_model: nn.Module) -> Matching:
+def match(ref_model: nn.Module, prod_model: nn.Module, rename: Rename | None = None) -> Matching:
     ref, prod = qualified_modules(ref_model), qualified_modules(prod_model)
-    return Matching(ref, prod, tuple(n for n in ref if n not in prod), tuple(n for n in prod if n not in ref))
+    renamed: dict[str, str] = {}
+    if rename is not None:
+        prod, renamed = rename.modules(prod)
+    return Matching(ref, prod, tuple(n for n in ref if n not in prod),
+                    tuple(renamed.get(n, n) for n in prod if n not in ref), renamed)
 
 
-def parameter_differences(ref_model: nn.Module, prod_model: nn.Module) -> str | None:
-    """The parameters of one qualified name whose dtype or values differ between the two models, in words (None
-    when every shared parameter is bit for bit ref's). Module rows hand ref's parameters to both sides, so a
-    difference in prod's own weights (a checkpoint converted with a rounding or a transposition) is not theirs to
-    see; only the end-to-end row runs prod's own parameters."""
+def parameter_differences(ref_model: nn.Module, prod_model: nn.Module, rename: Rename | None = None) -> str | None:
+    """The parameters of one qualified name (prod's renamed with their modules) whose dtype or values differ
+    between the two models, in words (None when every shared parameter is bit for bit ref's). Module rows hand
+    ref's parameters to both sides, so a difference in prod's own weights (a checkpoint converted with a rounding
+    or a transposition) is not theirs to see; only the end-to-end row runs prod's own parameters."""
     ref = {n.replace(COMPILED + ".", ""): p for n, p in ref_model.named_parameters()}
     prod = {n.replace(COMPILED + ".", ""): p for n, p in prod_model.named_parameters()}
+    if rename is not None:
+        prod = {rename.parameter(n): p for n, p in prod.items()}
     shared = [n for n in ref if n in prod and ref[n].shape == prod[n].shape]
     differ = []
     for name in shared:
