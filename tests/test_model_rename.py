@@ -126,10 +126,8 @@ def test_a_port_in_another_layout_is_matched_through_the_rules():
 
 def test_a_defect_of_the_port_is_localized_under_both_names():
     ref = _hf_llama()
-    port = model_port.from_hf(ref)
-    old = port.layers[0].attention_norm
-    port.layers[0].attention_norm = model_port.EpsOutsideNorm(old.weight.numel(), old.eps)
-    port.layers[0].attention_norm.load_state_dict(old.state_dict())
+    port = model_port.eps_outside(model_port.from_hf(ref))  # layer 0's attention norm, in the model's dtype
+    assert port.layers[0].attention_norm.weight.dtype == torch.bfloat16
     cert = kcert.certify_model(ref, port, INPUTS, rename=model_port.RENAME, modules=kcert.Modules(leaves=True),
                                end_to_end=False, replicates=32, peer_rules=False)
     first = cert.first_failure
