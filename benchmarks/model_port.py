@@ -1,4 +1,4 @@
-"""A Llama written in another framework's layout, and ``kcert model`` across the two layouts (``rename``).
+"""A Llama written in another framework's layout, and ``kcert model`` across the two layouts (``rename``, ``adapt``).
 
 The port has the module names of Meta's reference layout (``tok_embeddings``, ``layers.N.attention.wq``,
 ``feed_forward.w1``, ...), its interleaved complex-number rotary embedding (so the query and key weights are stored
