@@ -1,5 +1,6 @@
 """``kcert model FILE`` (docs/model.md): the table, --json (kcert.model/1) and --html written, the exit code of
-a FAIL, --export-case round trip through ``kcert certify``, and a model file that defines no pair."""
+a FAIL, --export-case round trip through ``kcert certify``, a model file that defines no pair, and pairs listed
+in a module-level list."""
 
 import json
 from pathlib import Path
@@ -52,6 +53,18 @@ def test_export_of_an_unknown_module_and_a_file_without_pairs_are_errors(tmp_pat
     empty.write_text("x = 1\n")
     assert main(["model", str(empty)]) == 2
     assert "defines no kcert.ModelPair" in capsys.readouterr().err
+
+
+def test_pairs_in_a_module_level_list_are_found_once(tmp_path):
+    from kcert.model.pair import load_pairs
+
+    text = _file(tmp_path).read_text()
+    listed = tmp_path / "listed.py"  # the pair only inside a list, as a case file's cases = [...]
+    listed.write_text(text.replace("defect = kcert.ModelPair(", "pairs = [kcert.ModelPair(").rstrip() + "]\n")
+    assert [p.name for p in load_pairs(str(listed))] == ["defect"]
+    both = tmp_path / "both.py"  # named and listed (twice): one pair
+    both.write_text(text + "pairs = [defect, defect]\n")
+    assert [p.name for p in load_pairs(str(both))] == ["defect"]
 
 
 def test_a_pair_that_stops_unexpectedly_is_one_line_exit_2_and_ctrl_c_is_130(tmp_path, capsys, monkeypatch):

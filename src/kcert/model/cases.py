@@ -470,11 +470,13 @@ def _kept_model_outputs(call: ModelCall, kwargs: dict) -> tuple | None:
 
 def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], extra: Mapping,
                     loss: Callable | None, dtype: torch.dtype, seed: int, case_name: str,
-                    padding: str | None = None, prod_extra: Mapping | None = None) -> Case:
-    """The model's own outputs (logits when it has them, else its floating outputs; the loss when given), zeroed
-    at the padded positions of ``padding`` (the loss is the user's: it masks padding as training does). prod's
-    outputs are found in its own output the same way (``prod_extra``: its forward's keywords, when not ref's): a
-    port that returns its logits as a bare tensor is compared with ref's ``logits``."""
+                    padding: str | None = None, prod_extra: Mapping | None = None) -> tuple[Case, tuple[str, ...]]:
+    """The model's own outputs (its logits and its own loss, those it returns, else its floating outputs; the
+    loss given too), zeroed at the padded positions of ``padding`` (the loss is the user's: it masks padding as
+    training does), and the row's notes. prod's outputs are found in its own output the same way
+    (``prod_extra``: its forward's keywords, when not ref's): a port that returns its logits as a bare tensor is
+    compared with ref's ``logits``; a prod that returns its loss without logits (a fused linear cross-entropy
+    in training mode) is compared on the loss alone, and a note says so."""
     g = seeding.generator(seed, seeding.INPUTS, 0)
     kwargs = draw_model_inputs(inputs, g, torch.device("cpu"), dtype)
     prod_extra = extra if prod_extra is None else prod_extra
@@ -489,26 +491,50 @@ def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping
     if not found and loss is None:
         raise CaseError(f"{case_name}: the model returns no floating tensor and no loss was given")
     prod_found = _model_outputs(outs["prod"])
+    notes: tuple[str, ...] = ()
     if list(prod_found) != list(found):
+        shared = [n for n in found if n in prod_found]
         if len(found) == 1 and list(prod_found) == ["output"]:  # a bare tensor stands for ref's one output
             prod_found = {next(iter(found)): prod_found["output"]}
+        elif shared and set(found) | set(prod_found) <= set(OWN_OUTPUTS):  # logits on one side only: the loss
+            why = " (a fused linear cross-entropy computes the loss without them)"
+            notes = tuple(f"{name}: {role}_model returns none, so this row compares {' and '.join(shared)} only"
+                          f"{why if name == 'logits' else ''}" for role, mine, other
+                          in (("prod", found, prod_found), ("ref", prod_found, found)) for name in mine
+                          if name not in other)
+            found, prod_found = {n: found[n] for n in shared}, {n: prod_found[n] for n in shared}
         else:
             raise CaseError(f"{case_name}: the two models return other outputs (ref: {', '.join(found) or 'none'}; "
                             f"prod: {', '.join(prod_found) or 'none'}), so the end-to-end row cannot pair them; "
                             "give end_to_end=False (--no-end-to-end), or wrap one model so that both return the same")
-    names = list(found) + (["loss"] if loss is not None else [])
+    for role in ("ref", "prod") if loss is not None else ():  # the user's loss, on each model's own output
+        try:
+            loss(outs[role], kwargs)
+        except Exception as exc:
+            raise CaseError(f"{case_name}: the loss given raised {type(exc).__name__} on {role}_model's output "
+                            f"({type(outs[role]).__name__}): {exc}") from exc
+    given = "loss (given)" if "loss" in found else "loss"  # the model's own loss keeps its name
+    names = list(found) + ([given] if loss is not None else [])
     shapes = [_pick(outs["ref"], p).dim() for p in found.values()] + ([0] if loss is not None else [])
     buckets = [Axes(-1) if d else Axes() for d in shapes]
-    return Case(name=f"{case_name}:end to end", ref=ModelCall(ref_model, tuple(found.values()), loss, extra, padding),
+    case = Case(name=f"{case_name}:end to end", ref=ModelCall(ref_model, tuple(found.values()), loss, extra, padding),
                 prod=ModelCall(prod_model, tuple(prod_found.values()), loss, prod_extra, padding),
                 inputs=dict(inputs), buckets=buckets, dtype=dtype, output_names=names,
                 description="the whole model on the drawn inputs (errors of every module, propagated)")
+    return case, notes
+
+
+# The named results of a model's output (transformers' ModelOutput) the end-to-end row certifies when present:
+# the logits, and the model's own loss (computed when the inputs hold labels).
+OWN_OUTPUTS = ("logits", "loss")
 
 
 def _model_outputs(out) -> dict[str, tuple]:
-    """A model's certified outputs: its ``logits`` when it has them, else every floating tensor (name -> path)."""
-    logits = getattr(out, "logits", None)
-    return {"logits": (_attr_path(out, "logits"),)} if isinstance(logits, torch.Tensor) else output_paths(out)
+    """A model's certified outputs: those of ``OWN_OUTPUTS`` it returns as tensors, else every floating tensor
+    (name -> path)."""
+    own = {name: (_attr_path(out, name),) for name in OWN_OUTPUTS
+           if isinstance(getattr(out, name, None), torch.Tensor)}
+    return own or output_paths(out)
 
 
 def _attr_path(out, name):

@@ -23,10 +23,13 @@ from .cases import adapted, end_to_end_case, module_cases
 from .interpreter import interpreter_compat, shared_patch_warning, triton_launches
 from .padding import DEFAULT as PADDING
 from .padding import resolve as resolve_padding
-from .record import call_difference, draw_model_inputs, first_calls, interface_difference
+from .patches import patched_functions, patched_warning
+from .randomness import refuse_random_draws
+from .record import call_difference, draw_model_inputs, first_calls, interface_difference, not_callable_alone
 from .rename import Rename, RenameSpec, adapters
 from .results import ModelCertificate, ModuleRow
-from .select import COMPILED, Modules, match, never_ran, parameter_differences, select, trace
+from .select import (Modules, compiled_whole, eager_model, eagerly, match, never_ran,
+                     parameter_differences, select, trace)
 from .shard import SHARDS, run_shared
 from .store import RecordingStore
 
@@ -76,6 +79,10 @@ def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
     for role, model in (("ref_model", ref_model), ("prod_model", prod_model)):
         if not isinstance(model, nn.Module):
             raise CaseError(f"certify_model: {role} must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(ref_model, torch.jit.ScriptModule):
+        raise CaseError("certify_model: ref_model is a TorchScript module (torch.jit.script or torch.jit.trace); kcert "
+                        "records ref's modules' inputs with hooks and evaluates ref in float64 by running its Python "
+                        "code, so ref must be the eager nn.Module (a TorchScript prod is certified end to end)")
     if ref_model is prod_model:
         raise CaseError("certify_model: ref_model and prod_model are the same object; build prod as a copy "
                         "(copy.deepcopy(ref) then patch it, or a new model loaded with ref's state dict)")
@@ -135,7 +142,8 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     ref_model, prod_model : torch.nn.Module
         The two models, with the same parameters (prod built from ref's state dict, or a patched copy of
         ref: patched forwards and swapped classes are matched by qualified name). Used as given (their
-        dtype is the working precision; call ``.eval()`` for dropout-free models).
+        dtype is the working precision; training mode is kept, but a forward that draws random numbers is refused:
+        call ``.eval()`` on models with dropout).
     inputs : dict of str -> probe
         The forward's keyword arguments, redrawn per replicate (``{"input_ids": kcert.Integers((2, 64),
         0, vocab)}``).
@@ -190,7 +198,9 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     Raises
     ------
     kcert.CaseError
-        A model that is not a module, inputs that are not probes, a selection that matches no module.
+        A model that is not a module, inputs that are not probes, a selection that matches no module, a forward
+        that draws random numbers (dropout in training mode; the modules that draw are named: docs/model.md,
+        "Random draws").
     kcert.KernelError
         ref_model does not run on the inputs, or a module raises on the recorded inputs.
     kcert.errors.ModelTimeLimitReached
@@ -228,7 +238,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     start = time.perf_counter()
     inputs = dict(inputs)
     extra = forward_extras(ref_model, inputs)
-    prod_extra = forward_extras(getattr(prod_model, COMPILED, prod_model), inputs)  # its own forward's keywords
+    prod_extra = forward_extras(eager_model(prod_model), inputs)  # its own forward's keywords
     rename = Rename.build(rename)
     matching = match(ref_model, prod_model, rename)
     adapting = adapters(adapt, matching.ref)
@@ -241,6 +251,10 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     except Exception as exc:
         raise KcertError(f"certify_model({name!r}): ref_model raised {type(exc).__name__} on the drawn inputs: "
                          f"{exc}") from exc
+    with interpreter_compat():  # before any case is built: a forward that draws would make every row measure draws
+        refuse_random_draws({"ref_model": (ref_model, extra), "prod_model": (prod_model, prod_extra)}, kwargs,
+                            f"certify_model({name!r})")
+    ref_patched = patched_functions(ref_model)  # read from its code before any row: said in the warnings
     chosen = select(modules, matching.ref, found)
     if not modules.is_default and not chosen:
         named = never_ran(modules, matching.ref, found)
@@ -281,15 +295,15 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                          job.prod_module)
 
     launched, ref_launched = triton_launches(prod_model, kwargs, prod_extra, dtype, name, ref_model, extra)
-    compiled_whole = isinstance(getattr(prod_model, COMPILED, None), nn.Module)
+    whole_compile = compiled_whole(prod_model)
     with interpreter_compat():  # Triton kernels inside the models, on a CPU (model/interpreter.py); no-op elsewhere
         built_all, copies = [], {}  # every module's cases first: the store needs every layout before the first row
         for module in plan:
             ref_mod, prod_mod = matching.ref[module], matching.prod[module]
             built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
                                           backward, name, copies, padding, adapting.get(module)))
-        whole = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name, padding,
-                                prod_extra) if end_to_end else None
+        whole, whole_notes = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name,
+                                             padding, prod_extra) if end_to_end else (None, ())
         pickers = [b.forward.ref.pick if b.forward is not None and REUSE_REF_OUTPUTS else None for b in built_all]
         model_pick = whole.ref.pick if whole is not None and REUSE_REF_OUTPUTS else None
         store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all], pickers, model_pick)
@@ -303,7 +317,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         del built_all, copies
         if whole is not None:
             slots.append(_Job(len(slots), whole, "", "end to end", len(planned), type(ref_model).__name__,
-                              type(prod_model).__name__, (WHOLE_COMPILE,) if compiled_whole else (),
+                              type(prod_model).__name__, whole_notes + ((WHOLE_COMPILE,) if whole_compile else ()),
                               _parameters(ref_model)))
         comm = distributed.current()
         with store:  # the end-to-end row inside it too: ref's model outputs of the draws it recorded are kept there
@@ -320,10 +334,12 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         provenance["triton_interpreter"] = launched
     if ref_launched:
         provenance["ref_triton_interpreter"] = ref_launched
-    if compiled_whole:
+    if ref_patched:
+        provenance["ref_patched"] = ref_patched
+    if whole_compile:
         provenance["prod_compiled_whole"] = True
     warnings = tuple(w for w in (parameter_differences(ref_model, prod_model, rename),
-                                 shared_patch_warning(ref_launched)) if w)
+                                 shared_patch_warning(ref_launched), patched_warning(ref_patched)) if w)
     return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance, warnings)
 
 
@@ -387,11 +403,15 @@ def _other_interfaces(prod_model, matching, plan, ref_calls, kwargs, extra, adap
     recorded inputs, such a module would get an input it never gets (a flex-attention module fed eager's tensor
     mask crashed the process in its compiled kernel): it is left to the end-to-end row and its own children.
     A module with an adapter (``adapting``) is judged on the arguments its adapter makes of ref's."""
-    eager = getattr(prod_model, COMPILED, None)  # a whole-model compile: its eager model has the same interfaces,
-    prod_eager = eager if isinstance(eager, nn.Module) else prod_model  # and hooks would recompile the graph
-    prod_calls = first_calls(prod_eager, {n: matching.prod[n] for n in plan}, kwargs, extra)
+    with eagerly():  # a whole-model compile: its eager model has the same interfaces, and hooks would recompile it
+        prod_calls = first_calls(eager_model(prod_model), {n: matching.prod[n] for n in plan}, kwargs, extra)
     foreign = {}
     for name in plan:
+        alone = not_callable_alone(matching.prod[name])
+        if alone:
+            foreign[name] = (f"prod's module cannot run on its own: {alone}; it is not certified in isolation: the "
+                             "end-to-end row compares it")
+            continue
         if name not in ref_calls:
             continue
         ref_call = ref_calls[name]

@@ -20,8 +20,9 @@ from .padding import DEFAULT as PADDING
 from .padding import resolve as resolve_padding
 from .record import draw_model_inputs
 from .pair import ModelPair, load_pairs
+from .randomness import refuse_random_draws
 from .rename import Rename, adapters
-from .select import match
+from .select import eager_model, match
 
 
 def module_case(model_file: str, pair: str, module: str, direction: str = "forward", seed: int = 0) -> Case:
@@ -84,6 +85,10 @@ def write_case_file(pair: ModelPair, model_file: str, module: str, out: str, bac
     if module not in matching.ref or module not in matching.prod:
         where = "ref" if module not in matching.ref else "prod"
         raise CaseError(f"--export-case: {where} has no module {module!r} (pair {pair.name!r})")
+    drawn = draw_model_inputs(pair.inputs, seeding.generator(0, seeding.INPUTS, 0), torch.device("cpu"), pair.dtype)
+    prod_extra = forward_extras(eager_model(pair.prod), pair.inputs)
+    refuse_random_draws({"ref_model": (pair.ref, forward_extras(pair.ref, pair.inputs)),
+                         "prod_model": (pair.prod, prod_extra)}, drawn, f"--export-case (pair {pair.name!r})")
     directions = ["forward"] + (["backward"] if backward else [])
     kept, names = [], []
     for d in directions:

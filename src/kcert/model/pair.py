@@ -72,8 +72,9 @@ class ModelPair:
 
 
 def load_pairs(path: str, names: list[str] | None = None) -> list[ModelPair]:
-    """The ModelPairs a file defines at module level (objects, or functions of no argument returning one or a
-    list of them, named ``*pair*`` or listed in ``__all__``), in the file's order; ``names`` picks some."""
+    """The ModelPairs a file defines at module level (objects, lists or tuples of them, or functions of no
+    argument returning one or a list of them, named ``*pair*`` or listed in ``__all__``), in the file's order,
+    each once; ``names`` picks some."""
     from ..casefile import import_file
 
     module = import_file(path, "model file")
@@ -84,6 +85,8 @@ def load_pairs(path: str, names: list[str] | None = None) -> list[ModelPair]:
             continue
         if isinstance(value, ModelPair):
             found.append(value)
+        elif isinstance(value, (list, tuple)):  # pairs = [...], as a case file's cases = [...]
+            found += [m for m in value if isinstance(m, ModelPair)]
         elif callable(value) and getattr(value, "__module__", None) == module.__name__ and not isinstance(value, type) \
                 and (listed is not None or "pair" in key.lower()):
             try:
@@ -92,9 +95,10 @@ def load_pairs(path: str, names: list[str] | None = None) -> list[ModelPair]:
                 continue
             made = made if isinstance(made, (list, tuple)) else [made]
             found += [m for m in made if isinstance(m, ModelPair)]
+    found = list({id(p): p for p in found}.values())  # a pair both named and listed: once
     if not found:
-        raise CaseFileError(f"model file {path!r} defines no kcert.ModelPair (a module-level ModelPair, or a function "
-                            "named *pair* returning one)")
+        raise CaseFileError(f"model file {path!r} defines no kcert.ModelPair (a module-level ModelPair or list of "
+                            "them, or a function named *pair* returning one)")
     if names:
         unknown = [n for n in names if n not in {p.name for p in found}]
         if unknown:

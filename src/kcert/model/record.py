@@ -22,6 +22,7 @@ from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten
 from ..case import Custom, Probe
 from ..errors import CaseError, KernelError
 from .padding import VALID
+from .select import eager_model
 
 RECORDING = "model_inputs"  # the name of the probe that runs the recording forward
 
@@ -285,6 +286,9 @@ def first_calls(model: nn.Module, modules: Mapping[str, nn.Module], kwargs: dict
     kept: dict[str, tuple[tuple, dict]] = {}
     handles = []
     for name, module in modules.items():
+        if isinstance(module, torch.jit.ScriptModule):  # takes no hooks (not_callable_alone says why)
+            continue
+
         def hook(mod, args, kw, name=name):
             kept.setdefault(name, (args, kw))
         handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
@@ -297,6 +301,20 @@ def first_calls(model: nn.Module, modules: Mapping[str, nn.Module], kwargs: dict
         for handle in handles:
             handle.remove()
     return kept
+
+
+def not_callable_alone(prod_module: nn.Module) -> str | None:
+    """Why prod's module cannot be run on its own on ref's recorded inputs, in words; None when it can. A module
+    whose class defines no forward holds parameters for a graph that computes in its root (``torch.export``'s
+    ``module()``); a TorchScript module takes no hooks and no parameters swapped in."""
+    if isinstance(prod_module, torch.jit.ScriptModule):
+        return ("it is a TorchScript module (torch.jit.script or torch.jit.trace), which kcert can neither hook nor "
+                "run with the certified parameters swapped in")
+    kind = type(eager_model(prod_module))  # a compiled module: its wrapped one's class
+    if kind.forward is nn.Module.forward and kind.__call__ is nn.Module.__call__:  # no forward, no call of its own
+        return (f"its class ({kind.__name__}) defines no forward: it holds parameters for a graph that "
+                "computes in its root module (torch.export's module(), an fx graph)")
+    return None
 
 
 def call_difference(ref_call: tuple[tuple, dict], prod_module: nn.Module) -> str | None:

@@ -24,6 +24,27 @@ from .rename import Rename
 
 COMPILED = "_orig_mod"  # the wrapped module of a torch.compile'd one
 
+
+def compiled_whole(model: nn.Module) -> bool:
+    """Whether ``model`` is compiled as a whole: wrapped (``torch.compile(model)``) or in place (``model.compile()``,
+    which keeps the module and compiles its call)."""
+    return isinstance(getattr(model, COMPILED, None), nn.Module) or \
+        getattr(model, "_compiled_call_impl", None) is not None
+
+
+def eager_model(model: nn.Module) -> nn.Module:
+    """The eager model of a ``torch.compile(model)`` wrapper (same modules, names without ``_orig_mod``), else
+    ``model``."""
+    inner = getattr(model, COMPILED, None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
+def eagerly():
+    """A context in which compiled code runs eagerly: a forward run to look at a compiled model's modules with hooks
+    (the hooks would otherwise be traced into its graphs and recompile them over and over)."""
+    return torch.compiler.set_stance("force_eager")
+
+
 # torch functions that move, view or cast data without computing a new value (``to`` upcasts exactly;
 # a downcast in a module that computes nothing else is left to its parent's row)
 _NOT_COMPUTE = frozenset({
