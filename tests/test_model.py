@@ -302,3 +302,26 @@ def test_prod_weights_that_differ_from_refs_are_named_in_a_warning():
     assert cert.warnings == (warning,)
     assert cert.row("layers.1.norm2").verdict is not Verdict.FAIL  # ref's weight on both sides: the same code
     assert cert.verdict.severity >= Verdict.WARN.severity
+
+
+class _Checkpointed(torch.nn.Module):
+    """A block that checkpoints its own forward with torch.utils.checkpoint (not Hugging Face's flag)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(lambda h: self.b(torch.nn.functional.gelu(self.a(h))), x, use_reentrant=False)
+
+
+def test_a_backward_row_skipped_in_a_checkpoint_recompute_says_so():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(16, 16), _Checkpointed()).train()
+    cert = kcert.certify_model(ref, copy.deepcopy(ref), {"input": kcert.Gaussian((4, 16))}, dtype=torch.float32,
+                               modules=kcert.Modules(names=("1",)), end_to_end=False, **FAST)
+    row = cert.row("1", "backward")
+    assert row.verdict is Verdict.SKIPPED
+    assert "raised in torch.utils.checkpoint's recompute" in row.skipped_reason

@@ -1,7 +1,8 @@
 """prods that are graphs rather than Python modules (docs/model.md, "Matching"): a TorchScript prod (scripted or
 traced) and torch.export's module() are certified end to end, their modules that cannot run on their own SKIPPED
-with the reason instead of stopping the run; a TorchScript ref is refused with the reason; a draw inside a
-TorchScript prod is still found; a prod compiled in place (model.compile()) is seen as compiled whole."""
+with the reason instead of stopping the run, and torch.export.unflatten's modules certified one by one; a
+TorchScript ref is refused with the reason; a draw inside a TorchScript prod is still found; a prod compiled in
+place (model.compile()) is seen as compiled whole."""
 
 import copy
 
@@ -51,6 +52,16 @@ def test_an_export_with_a_defect_fails_end_to_end():
     exported = torch.export.export(bad, (), {"input": torch.randn(4, 16)}).module()
     cert = kcert.certify_model(ref, exported, INPUTS, backward=False, **FAST)
     assert cert.row("", "end to end").verdict is Verdict.FAIL
+
+
+def test_an_unflattened_export_is_certified_module_by_module():
+    ref = mlp()
+    bad = copy.deepcopy(ref)
+    bad[1] = nn.GELU(approximate="tanh")
+    program = torch.export.export(bad, (), {"input": torch.randn(4, 16)})
+    cert = kcert.certify_model(ref, torch.export.unflatten(program), INPUTS, backward=False, **FAST)
+    assert cert.first_failure is not None and cert.first_failure.module == "1"  # the GELU, localized
+    assert cert.row("0").verdict is not Verdict.FAIL and cert.row("2").verdict is not Verdict.FAIL
 
 
 def test_a_torchscript_ref_is_refused():

@@ -114,3 +114,19 @@ def test_gpt2_eager_vs_sdpa_backward_does_not_fail_on_the_cancelled_key_bias():
     assert "grad_param__c_attn__bias" in {o.name for o in backward.certificate.outputs}
     assert any("c_attn.bias (64 of 192)" in n for n in backward.notes)
     assert not any("c_attn.bias" in n for n in cert.row("h.0.attn").notes)
+
+
+def test_a_checkpointed_decoder_layer_in_training_mode_gets_its_backward_row():
+    """Gradient checkpointing on (training mode): the float64 oracle runs the layer without it (the recompute in
+    backward ran outside the parameters handed in, and the backward row was SKIPPED), the working-precision
+    calls keep it, and the models' flags are left as they were."""
+    ref, prod = _pair(transformers.LlamaConfig, transformers.LlamaForCausalLM)
+    ref, prod = ref.float().train(), prod.float().train()
+    for model in (ref, prod):
+        model.gradient_checkpointing_enable()
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("model.layers.0",)), dtype=torch.float32,
+                               end_to_end=False, replicates=64, peer_rules=False)
+    backward = cert.row("model.layers.0", "backward")
+    assert backward.certificate is not None, backward.skipped_reason
+    assert backward.verdict is not Verdict.FAIL
+    assert ref.model.layers[0].gradient_checkpointing and prod.model.layers[0].gradient_checkpointing

@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rename prod's modules to ref's before matching (prod in another framework's layout): a "
                         "regular expression on prod's whole qualified name, then ref's name (\\1 for groups); "
                         "repeatable, the first that matches renames; replaces the pair's own rename (docs/model.md)")
+    p.add_argument("--autocast", choices=("bfloat16", "float16"), default=None,
+                   help="mixed precision as training runs it: the models' float32 parameters, every forward under "
+                        "torch.autocast of this dtype, harm in its ULPs; replaces the pair's own (docs/model.md)")
     p.add_argument("--shard", choices=("replicates", "rows"), default="replicates",
                    help="under torchrun, what the ranks share: each row's replicates (default), or whole rows taken "
                         "from one queue, costliest first: faster at a low -R with many rows (the same certificate "
@@ -93,6 +96,8 @@ def _command(args, pair: str) -> str:
         ["--no-end-to-end"] * (not args.end_to_end) + ["--no-padding"] * args.no_padding
     if args.padding:
         words += ["--padding", args.padding]
+    if args.autocast:
+        words += ["--autocast", args.autocast]
     return command_line(words, replicates=args.replicates, horizon=args.horizon, seed=args.seed,
                         max_replicates=args.max_replicates, device=args.device, flags=run_flags(args, {}))
 
@@ -171,6 +176,10 @@ def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | N
         options["padding"] = None if args.no_padding else args.padding
     if args.rename:
         options["rename"] = args.rename
+    if args.autocast:
+        import torch
+
+        options["autocast"] = getattr(torch, args.autocast)
     with replicates_bar(pair.name, streams.err) as bar:
         task = bar.add_task("replicates", total=args.replicates)
 
@@ -194,8 +203,9 @@ def _export(args, pairs, streams) -> int:
     from ..model.export import write_case_file
 
     module, out = args.export_case
-    if args.padding or args.no_padding or args.rename:
-        what, flags = ("rename", "--rename") if args.rename else ("padding", "--padding/--no-padding")
+    if args.padding or args.no_padding or args.rename or args.autocast:
+        what, flags = ("rename", "--rename") if args.rename else ("autocast", "--autocast") if args.autocast else \
+            ("padding", "--padding/--no-padding")
         streams.error(f"--export-case writes a file that rebuilds the pair from the model file, with the pair's own "
                       f"{what}: set it there (ModelPair(..., options={{{what!r}: ...}})), not with {flags}")
         return EXIT_ERROR

@@ -21,6 +21,7 @@ the row's notes count it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from collections.abc import Callable, Mapping
@@ -90,10 +91,31 @@ def adapted(adapt: Callable, args: tuple, kwargs: dict, where: str) -> tuple[tup
 def call_module(module: nn.Module, params: Mapping[str, torch.Tensor], args: tuple, kwargs: dict):
     """``module(*args, **kwargs)`` with ``params`` in place of its parameters (none: its own). A torch.compile'd
     module's wrapper is called, so it runs compiled; it names its parameters ``_orig_mod.<name>``."""
-    if not params:
-        return module(*args, **kwargs)
-    prefix = "_orig_mod." if isinstance(getattr(module, "_orig_mod", None), nn.Module) else ""
-    return functional_call(module, {prefix + k: v for k, v in params.items()}, args, kwargs)
+    with _checkpointing_off_in_real_mode(module):
+        if not params:
+            return module(*args, **kwargs)
+        prefix = "_orig_mod." if isinstance(getattr(module, "_orig_mod", None), nn.Module) else ""
+        return functional_call(module, {prefix + k: v for k, v in params.items()}, args, kwargs)
+
+
+@contextlib.contextmanager
+def _checkpointing_off_in_real_mode(module: nn.Module):
+    """Hugging Face's gradient checkpointing (``gradient_checkpointing = True`` on a module, set by
+    ``gradient_checkpointing_enable()``) turned off inside, in a real-mode evaluation only: the oracle's math is
+    the same without it, and its recompute in backward runs after the call, outside the parameters handed in
+    (float32 weights met float64 activations: the backward rows of a checkpointed decoder layer were SKIPPED).
+    The working-precision calls keep it, as training runs them."""
+    if not getattr(rounding.real_mode_state, "dtypes", None):
+        yield
+        return
+    flagged = [m for m in module.modules() if getattr(m, "gradient_checkpointing", None) is True]
+    for m in flagged:
+        m.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for m in flagged:
+            m.gradient_checkpointing = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -214,13 +236,15 @@ def _shared_params(ref_mod: nn.Module, prod_mod: nn.Module) -> tuple[dict, str |
 def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: nn.Module,
                  inputs: Mapping[str, Probe], extra: Mapping, dtype: torch.dtype, seed: int, backward: bool,
                  case_name: str, copies: dict[int, torch.Tensor] | None = None,
-                 padding: str | None = None, adapt: Callable | None = None) -> ModuleCases:
+                 padding: str | None = None, adapt: Callable | None = None,
+                 training_dtype: torch.dtype | None = None) -> ModuleCases:
     """The forward and backward cases of module ``name`` (either None with the reason when it cannot be
     certified: no floating output in both models, nothing to differentiate). ``copies`` (id of a parameter ->
     its copy) shares the weights' copies between the cases of one run, all built before its rows: one copy
     per parameter, not one per selected module that contains it. ``padding``: the model input that marks
     padded positions (model/padding.py), whose outputs are zeroed on both sides. ``adapt``: prod's module's
-    arguments made from ref's (:func:`adapted`)."""
+    arguments made from ref's (:func:`adapted`). ``training_dtype``: the precision harm is judged in (the
+    autocast dtype of a mixed-precision run; None: the case's default)."""
     where = f"module {name!r}"
     cpu = torch.device("cpu")
     g = seeding.generator(seed, seeding.INPUTS, 0)
@@ -283,7 +307,7 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
     forward = Case(name=f"{case_name}:{name}", ref=ref_call,
                    prod=call(prod_mod, f"prod {name}", [outs["prod"][k] for k in common], adapt), inputs=probes,
                    weights=weights, buckets=buckets,
-                   dtype=dtype, output_names=common,
+                   dtype=dtype, output_names=common, training_dtype=training_dtype,
                    description=f"{kind} {name!r} on ref's recorded inputs ({type(prod_mod).__name__} as prod)")
     if not backward:
         return ModuleCases(forward, None, None, "backward not asked for", tuple(notes), recorder)
@@ -295,6 +319,8 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
                 **{param_key(p): v for p, v in param_values.items()}}
 
     back, reason, more = _backward_case(forward, layout, trial, params, paths, common, where, trial_of)
+    if back is not None and training_dtype is not None:  # the gradient case is a new Case: harm in the same format
+        back = dataclasses.replace(back, training_dtype=training_dtype)
     return ModuleCases(forward, back, None, reason, tuple(notes), recorder, tuple(more))
 
 
@@ -344,6 +370,20 @@ def _vanishing_elements(forward: Case, first: Mapping, keys: list[str], names, t
     return {k: m for k, m in masks.items() if bool(m.any())}
 
 
+_CHECKPOINT_HINT = (" (it was raised in torch.utils.checkpoint's recompute, which runs in backward, outside the float64 "
+                    "parameters kcert hands in: turn the module's activation checkpointing off for the run; Hugging "
+                    "Face's gradient_checkpointing_enable() is turned off in the float64 evaluations by kcert itself)")
+
+
+def _raised_in_checkpoint(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("torch/utils/checkpoint.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, paths, names, where, trial_of):
     """The gradient case of ``forward``: floating activations and parameters that reach an output and
     whose exact gradient does not vanish (elements of a parameter's gradient that vanish set to zero on both
@@ -360,7 +400,8 @@ def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, 
         wrt = [k for k in candidates if k not in unused and k not in vanishing]
         masks = _vanishing_elements(forward, grads, wrt, names, trial_of)
     except Exception as exc:  # noqa: BLE001 - reported in the row: the backward case cannot be built
-        return None, f"the float64 gradient of ref could not be evaluated: {type(exc).__name__}: {exc}", []
+        return None, f"the float64 gradient of ref could not be evaluated: {type(exc).__name__}: {exc}" \
+            f"{_CHECKPOINT_HINT if _raised_in_checkpoint(exc) else ''}", []
     notes = []
     if unused:
         notes.append("inputs and parameters no output depends on, not differentiated: "
@@ -452,7 +493,8 @@ class ModelCall:
     def compute(self, kwargs: Mapping) -> tuple:
         """The model run on ``kwargs`` (in the current evaluation's precision) and its outputs picked."""
         kwargs = {k: in_mode(v) for k, v in kwargs.items()}
-        return self.pick(self.model(**kwargs, **self.extra), kwargs)
+        with _checkpointing_off_in_real_mode(self.model):
+            return self.pick(self.model(**kwargs, **self.extra), kwargs)
 
 
 def _kept_model_outputs(call: ModelCall, kwargs: dict) -> tuple | None:
@@ -470,7 +512,8 @@ def _kept_model_outputs(call: ModelCall, kwargs: dict) -> tuple | None:
 
 def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], extra: Mapping,
                     loss: Callable | None, dtype: torch.dtype, seed: int, case_name: str,
-                    padding: str | None = None, prod_extra: Mapping | None = None) -> tuple[Case, tuple[str, ...]]:
+                    padding: str | None = None, prod_extra: Mapping | None = None,
+                    training_dtype: torch.dtype | None = None) -> tuple[Case, tuple[str, ...]]:
     """The model's own outputs (its logits and its own loss, those it returns, else its floating outputs; the
     loss given too), zeroed at the padded positions of ``padding`` (the loss is the user's: it masks padding as
     training does), and the row's notes. prod's outputs are found in its own output the same way
@@ -519,7 +562,7 @@ def end_to_end_case(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping
     buckets = [Axes(-1) if d else Axes() for d in shapes]
     case = Case(name=f"{case_name}:end to end", ref=ModelCall(ref_model, tuple(found.values()), loss, extra, padding),
                 prod=ModelCall(prod_model, tuple(prod_found.values()), loss, prod_extra, padding),
-                inputs=dict(inputs), buckets=buckets, dtype=dtype, output_names=names,
+                inputs=dict(inputs), buckets=buckets, dtype=dtype, output_names=names, training_dtype=training_dtype,
                 description="the whole model on the drawn inputs (errors of every module, propagated)")
     return case, notes
 

@@ -19,6 +19,7 @@ from ..certification import certify
 from ..errors import CaseError, KcertError, ModelTimeLimitReached, TimeLimitReached
 from ..execution import distributed, seeding
 from ..settings import Settings
+from .amp import AUTOCAST_DTYPES, autocast_models
 from .cases import adapted, end_to_end_case, module_cases
 from .interpreter import interpreter_compat, shared_patch_warning, triton_launches
 from .padding import DEFAULT as PADDING
@@ -106,6 +107,24 @@ def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
         raise CaseError(f"certify_model: dtype must be a floating torch dtype, got {dtype!r}")
 
 
+def _check_autocast(ref_model, prod_model, dtype, autocast, name) -> None:
+    """Mixed precision means float32 models under autocast: a 16-bit model there is a pure 16-bit run (the default,
+    without ``autocast``), most likely a model not converted back with ``.float()``."""
+    if autocast not in AUTOCAST_DTYPES:
+        raise CaseError(f"certify_model({name!r}): autocast must be None, torch.bfloat16 or torch.float16, got "
+                        f"{autocast!r}")
+    if dtype != torch.float32:
+        raise CaseError(f"certify_model({name!r}): autocast={autocast} runs float32 models under torch.autocast; give "
+                        f"dtype=torch.float32 (got {dtype}), the precision of their parameters and inputs")
+    for role, model in (("ref_model", ref_model), ("prod_model", prod_model)):
+        other = [(n, p.dtype) for n, p in model.named_parameters()
+                 if p.is_floating_point() and p.dtype != torch.float32]
+        if other:
+            raise CaseError(f"certify_model({name!r}): autocast={autocast} runs float32 models under torch.autocast, "
+                            f"but {role} has {len(other)} parameters in another dtype ({other[0][0]}: {other[0][1]}); "
+                            "convert it with .float(), or certify the 16-bit model without autocast")
+
+
 def forward_extras(model: nn.Module, inputs: Mapping) -> dict:
     """Keywords kcert adds to the model's forward: ``use_cache=False`` when the forward takes it and the
     inputs do not set it (a key/value cache passed to a module would be written by every replay)."""
@@ -130,7 +149,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                   loss: Callable[[Any, dict], torch.Tensor] | None = None, dtype: torch.dtype = torch.bfloat16,
                   name: str = "model", padding: str | None = PADDING, shard: str = "replicates",
                   rename: RenameSpec | Rename | None = None, adapt: Mapping[str, Callable] | None = None,
-                  settings: Settings | int | None = None,
+                  autocast: torch.dtype | None = None, settings: Settings | int | None = None,
                   progress: Callable[[int, int], None] | None = None,
                   on_event: Callable[[str, dict], None] | None = None, **overrides) -> ModelCertificate:
     """Certify a model pair module by module: each selected module of prod against ref's module of the same
@@ -180,6 +199,11 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         attention: ``forward(x, freqs)``): regular expressions on ref's whole module names -> ``fn(args, kwargs) ->
         (args, kwargs)``, which makes prod's arguments from ref's recorded ones, in every replicate and in the
         float64 evaluations (torch operations only). Without one such a module's rows are SKIPPED.
+    autocast : torch.dtype, optional
+        Mixed precision as training runs it (float32 parameters, ``torch.autocast(dtype=torch.bfloat16)`` around the
+        forward: Hugging Face's ``Trainer(bf16=True)``): every working-precision call of either model, the recording
+        forwards included, runs under ``torch.autocast`` of this dtype, and harm is judged in its ULPs; give the
+        models' own ``dtype`` (float32). The float64 oracle runs without it (docs/model.md, "Mixed precision").
     settings, progress, on_event, **overrides
         As :func:`kcert.certify`, for every row, except that the algebra gate's symbolic proof is off unless
         ``algebra_proof=True`` is given (modules close over their sizes, so it is rarely reached and costly); a
@@ -229,6 +253,16 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     ('1', 'GELU')
     """
     _check(ref_model, prod_model, inputs, modules, loss, dtype, name)
+    if autocast is not None:
+        _check_autocast(ref_model, prod_model, dtype, autocast, name)
+    with autocast_models((ref_model, prod_model), autocast):  # every working-precision call of either model
+        return _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end, loss, dtype, name,
+                              padding, shard, rename, adapt, autocast, settings, progress, on_event, overrides)
+
+
+def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end, loss, dtype, name, padding, shard,
+                   rename, adapt, autocast, settings, progress, on_event, overrides) -> ModelCertificate:
+    """:func:`certify_model`'s work, inside its autocast hooks (the arguments are certify_model's)."""
     if shard not in SHARDS:
         raise CaseError(f"certify_model: shard must be one of {', '.join(map(repr, SHARDS))}, got {shard!r}")
     if settings is None and "algebra_proof" not in overrides:
@@ -301,9 +335,9 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         for module in plan:
             ref_mod, prod_mod = matching.ref[module], matching.prod[module]
             built_all.append(module_cases(module, ref_model, ref_mod, prod_mod, inputs, extra, dtype, settings.seed,
-                                          backward, name, copies, padding, adapting.get(module)))
+                                          backward, name, copies, padding, adapting.get(module), autocast))
         whole, whole_notes = end_to_end_case(ref_model, prod_model, inputs, extra, loss, dtype, settings.seed, name,
-                                             padding, prod_extra) if end_to_end else (None, ())
+                                             padding, prod_extra, autocast) if end_to_end else (None, ())
         pickers = [b.forward.ref.pick if b.forward is not None and REUSE_REF_OUTPUTS else None for b in built_all]
         model_pick = whole.ref.pick if whole is not None and REUSE_REF_OUTPUTS else None
         store = (RecordingStore(ref_model, extra, [b.recorder for b in built_all], pickers, model_pick)
@@ -338,6 +372,8 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         provenance["ref_patched"] = ref_patched
     if whole_compile:
         provenance["prod_compiled_whole"] = True
+    if autocast is not None:
+        provenance["autocast"] = str(autocast).removeprefix("torch.")
     warnings = tuple(w for w in (parameter_differences(ref_model, prod_model, rename),
                                  shared_patch_warning(ref_launched), patched_warning(ref_patched)) if w)
     return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance, warnings)

@@ -14,6 +14,7 @@ from torch import nn
 from ..case import Case
 from ..errors import CaseError
 from ..execution import seeding
+from .amp import autocast_models, install
 from .cases import module_cases
 from .engine import forward_extras
 from .padding import DEFAULT as PADDING
@@ -31,6 +32,9 @@ def module_case(model_file: str, pair: str, module: str, direction: str = "forwa
     if direction not in ("forward", "backward"):
         raise CaseError(f"module_case: direction must be 'forward' or 'backward', got {direction!r}")
     (found,) = load_pairs(model_file, [pair])
+    autocast = found.options.get("autocast")
+    if autocast is not None:  # the case runs later, in kcert certify: the models stay under autocast from now on
+        install((found.ref, found.prod), autocast)
     return pair_case(found, module, direction, seed)
 
 
@@ -44,9 +48,11 @@ def pair_case(pair: ModelPair, module: str, direction: str = "forward", seed: in
     drawn = draw_model_inputs(pair.inputs, seeding.generator(seed, seeding.INPUTS, 0), torch.device("cpu"), pair.dtype)
     padding = resolve_padding(pair.inputs, pair.options.get("padding", PADDING), drawn, f"pair {pair.name!r}")
     adapt = adapters(pair.options.get("adapt"), matching.ref).get(module)
-    built = module_cases(module, pair.ref, ref_mod, matching.prod[module], dict(pair.inputs),
-                         forward_extras(pair.ref, pair.inputs), pair.dtype, seed, direction == "backward", pair.name,
-                         padding=padding, adapt=adapt)
+    autocast = pair.options.get("autocast")
+    with autocast_models((pair.ref, pair.prod), autocast):  # the recordings as kcert model makes them
+        built = module_cases(module, pair.ref, ref_mod, matching.prod[module], dict(pair.inputs),
+                             forward_extras(pair.ref, pair.inputs), pair.dtype, seed, direction == "backward",
+                             pair.name, padding=padding, adapt=adapt, training_dtype=autocast)
     case = built.forward if direction == "forward" else built.backward
     if case is None:
         why = built.forward_skipped if direction == "forward" else built.backward_skipped

@@ -36,7 +36,8 @@ class ModelPair:
     description : str, default ""
     options : dict, optional
         More keywords of :func:`kcert.certify_model` for this pair: ``backward``, ``padding``, ``rename`` and
-        ``adapt`` (a port in another framework's layout: docs/model.md, "Another framework's names"), ...
+        ``adapt`` (a port in another framework's layout: docs/model.md, "Another framework's names"), ``autocast``
+        (float32 models under ``torch.autocast``: docs/model.md, "Mixed precision"), ...
 
     Examples
     --------

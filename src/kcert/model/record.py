@@ -313,7 +313,8 @@ def not_callable_alone(prod_module: nn.Module) -> str | None:
     kind = type(eager_model(prod_module))  # a compiled module: its wrapped one's class
     if kind.forward is nn.Module.forward and kind.__call__ is nn.Module.__call__:  # no forward, no call of its own
         return (f"its class ({kind.__name__}) defines no forward: it holds parameters for a graph that "
-                "computes in its root module (torch.export's module(), an fx graph)")
+                "computes in its root module (torch.export's module(), an fx graph; torch.export.unflatten(program) "
+                "keeps an exported program's modules callable)")
     return None
 
 
