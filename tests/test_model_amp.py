@@ -81,7 +81,7 @@ def test_every_working_precision_call_runs_under_autocast_and_the_oracle_does_no
     assert (torch.float64, True) in ref[1].calls  # the oracle ran, without autocast
 
 
-def test_an_unknown_autocast_dtype_and_a_16_bit_model_under_autocast_are_refused():
+def test_an_unknown_autocast_dtype_a_16_bit_model_and_a_torchscript_prod_under_autocast_are_refused():
     ref = nn.Sequential(nn.Linear(8, 8)).eval()
     inputs = {"input": kcert.Gaussian((4, 8))}
     with pytest.raises(kcert.CaseError, match="autocast must be None, torch.bfloat16 or torch.float16"):
@@ -89,6 +89,8 @@ def test_an_unknown_autocast_dtype_and_a_16_bit_model_under_autocast_are_refused
     with pytest.raises(kcert.CaseError, match=r"prod_model has 2 parameters in another dtype \(0.weight: "
                                               r"torch.bfloat16\)"):
         kcert.certify_model(ref, copy.deepcopy(ref).bfloat16(), inputs, autocast=torch.bfloat16, **FAST)
+    with pytest.raises(kcert.CaseError, match="certify a TorchScript prod without autocast"):
+        kcert.certify_model(ref, torch.jit.script(copy.deepcopy(ref)), inputs, autocast=torch.bfloat16, **FAST)
     with pytest.raises(kcert.CaseError, match="give dtype=torch.float32"):
         kcert.certify_model(ref, copy.deepcopy(ref), inputs, autocast=torch.bfloat16,
                             **{**FAST, "dtype": torch.bfloat16})

@@ -112,3 +112,11 @@ def test_a_model_pair_without_a_shared_patch_has_no_warning(pair):
                                end_to_end=False, modules=kcert.Modules(names=("0",)), replicates=16,
                                max_replicates=16, peer_rules=False)
     assert cert.warnings == () and "ref_triton_interpreter" not in cert.provenance
+
+
+def test_a_float32_pair_under_16_bit_autocast_with_a_triton_kernel_is_refused(pair):
+    ref, prod = pair  # float32 models: the kernel would receive what autocast makes of its input
+    with pytest.raises(TritonPrecisionError, match=r"launches Triton kernels \(scale_rows\) and autocast is bfloat16"
+                                                   r".*without autocast"):
+        kcert.certify_model(ref, prod, {"input": kcert.Gaussian((4, 16))}, dtype=torch.float32,
+                            autocast=torch.bfloat16, backward=False, replicates=16, peer_rules=False)

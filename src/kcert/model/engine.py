@@ -116,6 +116,9 @@ def _check_autocast(ref_model, prod_model, dtype, autocast, name) -> None:
     if dtype != torch.float32:
         raise CaseError(f"certify_model({name!r}): autocast={autocast} runs float32 models under torch.autocast; give "
                         f"dtype=torch.float32 (got {dtype}), the precision of their parameters and inputs")
+    if any(isinstance(m, torch.jit.ScriptModule) for m in prod_model.modules()):
+        raise CaseError(f"certify_model({name!r}): autocast is entered by hooks on prod's modules, and a TorchScript "
+                        "module takes none: certify a TorchScript prod without autocast")
     for role, model in (("ref_model", ref_model), ("prod_model", prod_model)):
         other = [(n, p.dtype) for n, p in model.named_parameters()
                  if p.is_floating_point() and p.dtype != torch.float32]
@@ -328,7 +331,7 @@ def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end,
         return ModuleRow(job.module, job.kind, job.prod_kind, job.direction, job.order, cert, None, job.notes,
                          job.prod_module)
 
-    launched, ref_launched = triton_launches(prod_model, kwargs, prod_extra, dtype, name, ref_model, extra)
+    launched, ref_launched = triton_launches(prod_model, kwargs, prod_extra, dtype, name, ref_model, extra, autocast)
     whole_compile = compiled_whole(prod_model)
     with interpreter_compat():  # Triton kernels inside the models, on a CPU (model/interpreter.py); no-op elsewhere
         built_all, copies = [], {}  # every module's cases first: the store needs every layout before the first row

@@ -22,14 +22,15 @@ from ..errors import KernelError, TritonPrecisionError
 
 def triton_launches(prod_model: nn.Module, kwargs: Mapping, extra: Mapping, dtype: torch.dtype,
                     name: str, ref_model: nn.Module | None = None,
-                    ref_extra: Mapping | None = None) -> tuple[list[str], list[str]]:
+                    ref_extra: Mapping | None = None,
+                    autocast: torch.dtype | None = None) -> tuple[list[str], list[str]]:
     """The Triton kernels one forward of ``prod_model`` launches in the interpreter, and those one forward of
     ``ref_model`` launches, each named once in launch order (none outside the interpreter: nothing is run then).
     ref launching any is a patch that reached both models (a fused-kernel library that replaces a function of
     the architecture's module, not of one model: Liger's ``apply_rotary_pos_emb``): the rows that run it compare
     it with itself, and :func:`shared_patch_warning` says so. Refuses a low-precision ``dtype`` when either
-    launches one (:class:`kcert.TritonPrecisionError`). ``extra``: prod's forward keywords kcert adds
-    (``ref_extra``: ref's, when they differ)."""
+    launches one (:class:`kcert.TritonPrecisionError`), or a 16-bit ``autocast`` (float32 models whose kernels then
+    receive 16-bit tensors). ``extra``: prod's forward keywords kcert adds (``ref_extra``: ref's, when they differ)."""
     if not interpreter_requested():
         return [], []
     found = {}
@@ -45,12 +46,14 @@ def triton_launches(prod_model: nn.Module, kwargs: Mapping, extra: Mapping, dtyp
             raise KernelError(f"certify_model({name!r}): {role}_model raised {type(exc).__name__} on the drawn "
                               f"inputs: {exc}") from exc
         found[role] = list(dict.fromkeys(launched))
+    precision, what = (autocast, "autocast") if autocast is not None else (dtype, "the models' dtype")
     for role in ("prod", "ref"):
-        if found[role] and dtype in LOW_PRECISION:
-            why = refusal("the models' dtype", dtype)
+        if found[role] and precision in LOW_PRECISION:
+            why = refusal(what, precision)
+            instead = ("certify them without autocast (float32 throughout)" if autocast is not None else
+                       "certify float32 copies of both models (model.float(), dtype=torch.float32)")
             raise TritonPrecisionError(f"certify_model({name!r}): {role}_model launches Triton kernels "
-                                       f"({', '.join(found[role])}) and {why}; on this CPU "
-                                       "certify float32 copies of both models (model.float(), dtype=torch.float32)")
+                                       f"({', '.join(found[role])}) and {why}; on this CPU {instead}")
     return found["prod"], found["ref"]
 
 
