@@ -96,16 +96,30 @@ def test_an_unknown_autocast_dtype_a_16_bit_model_and_a_torchscript_prod_under_a
                             **{**FAST, "dtype": torch.bfloat16})
 
 
-def test_an_exported_case_keeps_autocast(tmp_path):
-    from kcert.model.export import module_case
-
-    path = tmp_path / "pairs.py"
+def _model_file(path, options: str):
     path.write_text(
         f"import sys\nsys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})\n"
         "import torch, kcert\nfrom test_model_amp import llama_pair, INPUTS, ROTARY\n"
         "ref, prod = llama_pair()\n"
         "rope = kcert.ModelPair('rope', ref, prod, INPUTS, modules=ROTARY, dtype=torch.float32,\n"
-        "                       options={'autocast': torch.bfloat16, 'backward': False})\n")
+        f"                       options={options})\n")
+    return path
+
+
+def test_the_command_line_runs_under_autocast_and_says_so(tmp_path, capsys):
+    from kcert.cli import main
+
+    path = _model_file(tmp_path / "pairs.py", "{'backward': False}")
+    code = main(["model", str(path), "--autocast", "bfloat16", "-R", "64", "--no-end-to-end", "--no-peer-rules"])
+    out = capsys.readouterr().out
+    assert code == 1, out  # the rotary defect, which only autocast shows
+    assert "autocast: both models ran under torch.autocast(bfloat16)" in out
+
+
+def test_an_exported_case_keeps_autocast(tmp_path):
+    from kcert.model.export import module_case
+
+    path = _model_file(tmp_path / "pairs.py", "{'autocast': torch.bfloat16, 'backward': False}")
     case = module_case(str(path), "rope", "model.rotary_emb")
     assert case.training_format == "bfloat16"
     cert = kcert.certify(case, replicates=64, peer_rules=False)

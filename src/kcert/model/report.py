@@ -60,6 +60,11 @@ def render(cert: ModelCertificate, console) -> None:
         console.print(Text(f"padding: positions where {padding} is 0 are zeroed on both sides in every output led by "
                            "(batch, positions): not compared, no gradient from them (docs/model.md, Padded batches)"),
                       soft_wrap=True)
+    autocast = cert.provenance.get("autocast")
+    if autocast:
+        console.print(Text(f"autocast: both models ran under torch.autocast({autocast}) in the working precision, "
+                           f"as a mixed-precision training step runs them; harm in {autocast} ULPs (docs/model.md, "
+                           "Mixed precision)"), soft_wrap=True)
     for warning in cert.warnings:
         console.print(Text(f"warning (the verdict is at least WARN): {warning}", style="yellow"), soft_wrap=True)
     if cert.unmatched:
