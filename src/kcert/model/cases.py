@@ -40,6 +40,7 @@ from ..execution import seeding
 from ..execution.realmode import RealMode, in_mode
 from .padding import VALID, masked
 from .record import RECORDING, SHARED, Layout, Recorder, Slot, draw_model_inputs, layout_of, record, recorded_probes
+from .select import compiled_prefix
 
 VANISHING = 1e-9  # float64 gradient / the module's largest: zero up to float64 round-off (about 1e-16)
 # draws an element of a parameter's gradient must vanish on (each with its own cotangent) to be left out: a
@@ -94,7 +95,7 @@ def call_module(module: nn.Module, params: Mapping[str, torch.Tensor], args: tup
     with _checkpointing_off_in_real_mode(module):
         if not params:
             return module(*args, **kwargs)
-        prefix = "_orig_mod." if isinstance(getattr(module, "_orig_mod", None), nn.Module) else ""
+        prefix = compiled_prefix(module)
         return functional_call(module, {prefix + k: v for k, v in params.items()}, args, kwargs)
 
 
@@ -205,7 +206,7 @@ def _recorded_outputs(call: ModuleCall, kwargs: dict) -> tuple | None:
     inputs, outputs = recorded
     if any(not _same_bits(kwargs.get(name), value) for name, value in inputs.items()):
         return None
-    prefix = "_orig_mod." if isinstance(getattr(call.module, "_orig_mod", None), nn.Module) else ""
+    prefix = compiled_prefix(call.module)
     if any(not _same_bits(kwargs.get(param_key(p)), call.module.get_parameter(prefix + p)) for p in call.params):
         return None
     return _checked_once(call, outputs, lambda: call._own(kwargs))

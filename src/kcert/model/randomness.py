@@ -20,12 +20,13 @@ from ..errors import CaseError
 from .select import eager_model, eagerly
 
 
+def _cuda_in_use() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
 def _generator_states() -> list[torch.Tensor]:
     """The default generators' states: the CPU's, and every CUDA device's once CUDA is in use."""
-    states = [torch.random.get_rng_state()]
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states += torch.cuda.get_rng_state_all()
-    return states
+    return [torch.random.get_rng_state()] + (torch.cuda.get_rng_state_all() if _cuda_in_use() else [])
 
 
 def _moved(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
@@ -53,7 +54,7 @@ def drawing_modules(model: nn.Module, kwargs: Mapping, extra: Mapping | None = N
 
         handles.append(module.register_forward_pre_hook(before))
         handles.append(module.register_forward_hook(after, always_call=True))
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    cuda = list(range(torch.cuda.device_count())) if _cuda_in_use() else []
     try:
         with torch.random.fork_rng(devices=cuda), torch.no_grad(), eagerly():  # model.compile(): hooks run eagerly
             start = _generator_states()

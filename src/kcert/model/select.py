@@ -25,18 +25,22 @@ from .rename import Rename
 COMPILED = "_orig_mod"  # the wrapped module of a torch.compile'd one
 
 
-def compiled_whole(model: nn.Module) -> bool:
-    """Whether ``model`` is compiled as a whole: wrapped (``torch.compile(model)``) or in place (``model.compile()``,
-    which keeps the module and compiles its call)."""
-    return isinstance(getattr(model, COMPILED, None), nn.Module) or \
-        getattr(model, "_compiled_call_impl", None) is not None
-
-
 def eager_model(model: nn.Module) -> nn.Module:
     """The eager model of a ``torch.compile(model)`` wrapper (same modules, names without ``_orig_mod``), else
     ``model``."""
     inner = getattr(model, COMPILED, None)
     return inner if isinstance(inner, nn.Module) else model
+
+
+def compiled_prefix(module: nn.Module) -> str:
+    """What a ``torch.compile`` wrapper puts before its module's parameter names (``_orig_mod.``), else ""."""
+    return COMPILED + "." if eager_model(module) is not module else ""
+
+
+def compiled_whole(model: nn.Module) -> bool:
+    """Whether ``model`` is compiled as a whole: wrapped (``torch.compile(model)``) or in place (``model.compile()``,
+    which keeps the module and compiles its call)."""
+    return eager_model(model) is not model or getattr(model, "_compiled_call_impl", None) is not None
 
 
 def eagerly():
