@@ -109,7 +109,7 @@ def test_the_default_selection_is_the_modules_that_compute():
 @pytest.mark.parametrize("call, message", [
     (lambda ref: kcert.certify_model("ref", ref, INPUTS), "ref_model must be a torch.nn.Module, got str"),
     (lambda ref: kcert.certify_model(ref, copy.deepcopy(ref), {"input_ids": torch.zeros(2, SEQ)}),
-     "inputs['input_ids'] must be a kcert probe"),
+     "inputs['input_ids'] is a tensor; give it as kcert.Fixed(tensor)"),
     (lambda ref: kcert.certify_model(ref, copy.deepcopy(ref), INPUTS, modules=kcert.Modules(names=("nothing.*",))),
      "the selection (names nothing.*) matches no module"),
     (lambda ref: kcert.certify_model(ref, ref, INPUTS), "the same object"),

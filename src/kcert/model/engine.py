@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from ..execution import distributed, seeding
 from ..settings import Settings
 from .amp import AUTOCAST_DTYPES, autocast_models
 from .cases import adapted, end_to_end_case, module_cases
+from .inputs import forward_extras, precision_warning, refuse_unknown_keywords, split_inputs, working_dtype
 from .interpreter import interpreter_compat, shared_patch_warning, triton_launches
 from .padding import DEFAULT as PADDING
 from .padding import resolve as resolve_padding
@@ -87,15 +87,7 @@ def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
     if ref_model is prod_model:
         raise CaseError("certify_model: ref_model and prod_model are the same object; build prod as a copy "
                         "(copy.deepcopy(ref) then patch it, or a new model loaded with ref's state dict)")
-    if not isinstance(inputs, Mapping) or not inputs:
-        raise CaseError(f"certify_model: inputs must be a non-empty dict of forward keyword -> kcert probe, got "
-                        f"{type(inputs).__name__}")
-    for key, probe in inputs.items():
-        if not isinstance(key, str) or not key.isidentifier():
-            raise CaseError(f"certify_model: inputs key {key!r} must be a keyword argument name of the forward")
-        if not isinstance(probe, Probe):
-            raise CaseError(f"certify_model: inputs[{key!r}] must be a kcert probe (kcert.Integers for token ids, "
-                            f"kcert.Gaussian for hidden states, ...), got {type(probe).__name__}")
+    split_inputs(inputs, "certify_model")
     if modules is not None and not isinstance(modules, Modules):
         raise CaseError(f"certify_model: modules must be a kcert.Modules or None, got {type(modules).__name__}")
     if loss is not None and not callable(loss):
@@ -103,8 +95,7 @@ def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
                         f"{type(loss).__name__}")
     if not isinstance(name, str) or not name.strip():
         raise CaseError(f"certify_model: name must be a non-empty string, got {name!r}")
-    if dtype not in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
-        raise CaseError(f"certify_model: dtype must be a floating torch dtype, got {dtype!r}")
+    working_dtype(ref_model, dtype, None, "certify_model")  # a dtype that is not a floating one is refused
 
 
 def _check_autocast(ref_model, prod_model, dtype, autocast, name) -> None:
@@ -128,16 +119,6 @@ def _check_autocast(ref_model, prod_model, dtype, autocast, name) -> None:
                             "convert it with .float(), or certify the 16-bit model without autocast")
 
 
-def forward_extras(model: nn.Module, inputs: Mapping) -> dict:
-    """Keywords kcert adds to the model's forward: ``use_cache=False`` when the forward takes it and the
-    inputs do not set it (a key/value cache passed to a module would be written by every replay)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"use_cache": False} if "use_cache" in params and "use_cache" not in inputs else {}
-
-
 def row_checkpoint(path: str | None, index: int, module: str, direction: str) -> str | None:
     """The checkpoint file of one row: ``stem.<index>-<module>-<direction>.npz`` beside ``path``."""
     if path is None:
@@ -149,7 +130,7 @@ def row_checkpoint(path: str | None, index: int, module: str, direction: str) ->
 
 def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], *,
                   modules: Modules | None = None, backward: bool = True, end_to_end: bool = True,
-                  loss: Callable[[Any, dict], torch.Tensor] | None = None, dtype: torch.dtype = torch.bfloat16,
+                  loss: Callable[[Any, dict], torch.Tensor] | None = None, dtype: torch.dtype | None = None,
                   name: str = "model", padding: str | None = PADDING, shard: str = "replicates",
                   rename: RenameSpec | Rename | None = None, adapt: Mapping[str, Callable] | None = None,
                   autocast: torch.dtype | None = None, settings: Settings | int | None = None,
@@ -166,9 +147,10 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         ref: patched forwards and swapped classes are matched by qualified name). Used as given (their
         dtype is the working precision; training mode is kept, but a forward that draws random numbers is refused:
         call ``.eval()`` on models with dropout).
-    inputs : dict of str -> probe
-        The forward's keyword arguments, redrawn per replicate (``{"input_ids": kcert.Integers((2, 64),
-        0, vocab)}``).
+    inputs : dict of str -> probe or constant
+        The forward's keyword arguments: probes redrawn per replicate (``{"input_ids": kcert.Integers((2, 64),
+        0, vocab)}``), and constants passed as they are to both forwards (``"return_dict": True``; a bool, int,
+        float, str or None). ``use_cache=True`` is refused (every module replay would extend the cache).
     modules : kcert.Modules, optional
         The selection (default: every module that computes something itself, the root excluded).
     backward : bool, default True
@@ -177,8 +159,10 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         Also certify the model's own outputs (logits, the loss when given) as one case.
     loss : callable, optional
         ``loss(model_output, inputs) -> scalar tensor``: certified with the end-to-end outputs.
-    dtype : torch.dtype, default torch.bfloat16
-        The working precision floating probes are rounded to (the models' own dtype).
+    dtype : torch.dtype, optional
+        The working precision floating probes are rounded to. Default: the models' own (the dtype most of ref's
+        parameters have; float32 under ``autocast``). One that differs from the models' own while a floating
+        probe is rounded to it is said in the warnings.
     name : str, default "model"
     padding : str or None, default "attention_mask"
         The input that marks padded positions (a (batch, positions) tensor, 0 at padding), when the inputs have
@@ -256,6 +240,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     ('1', 'GELU')
     """
     _check(ref_model, prod_model, inputs, modules, loss, dtype, name)
+    dtype = working_dtype(ref_model, dtype, autocast, "certify_model")
     if autocast is not None:
         _check_autocast(ref_model, prod_model, dtype, autocast, name)
     with autocast_models((ref_model, prod_model), autocast):  # every working-precision call of either model
@@ -268,14 +253,17 @@ def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end,
     """:func:`certify_model`'s work, inside its autocast hooks (the arguments are certify_model's)."""
     if shard not in SHARDS:
         raise CaseError(f"certify_model: shard must be one of {', '.join(map(repr, SHARDS))}, got {shard!r}")
-    if settings is None and "algebra_proof" not in overrides:
+    plain = settings is None or (isinstance(settings, int) and not isinstance(settings, bool))  # not a Settings built
+    if plain and "algebra_proof" not in overrides:
         overrides["algebra_proof"] = PROOF
     settings = Settings.build(settings, **overrides).check()
     modules = modules or Modules()
     start = time.perf_counter()
-    inputs = dict(inputs)
-    extra = forward_extras(ref_model, inputs)
-    prod_extra = forward_extras(eager_model(prod_model), inputs)  # its own forward's keywords
+    inputs, constants = split_inputs(inputs, f"certify_model({name!r})")
+    refuse_unknown_keywords(ref_model, constants, "ref_model", f"certify_model({name!r})")
+    refuse_unknown_keywords(eager_model(prod_model), constants, "prod_model", f"certify_model({name!r})")
+    extra = forward_extras(ref_model, inputs, constants)
+    prod_extra = forward_extras(eager_model(prod_model), inputs, constants)  # its own forward's keywords
     rename = Rename.build(rename)
     matching = match(ref_model, prod_model, rename)
     adapting = adapters(adapt, matching.ref)
@@ -286,8 +274,9 @@ def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end,
         with interpreter_compat():
             found = trace(ref_model, matching.ref, {**kwargs, **extra})
     except Exception as exc:
+        mismatch = precision_warning(ref_model, inputs, kwargs, dtype)
         raise KcertError(f"certify_model({name!r}): ref_model raised {type(exc).__name__} on the drawn inputs: "
-                         f"{exc}") from exc
+                         f"{exc}" + (f" ({mismatch})" if mismatch else "")) from exc
     with interpreter_compat():  # before any case is built: a forward that draws would make every row measure draws
         refuse_random_draws({"ref_model": (ref_model, extra), "prod_model": (prod_model, prod_extra)}, kwargs,
                             f"certify_model({name!r})")
@@ -360,7 +349,9 @@ def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end,
         with store:  # the end-to-end row inside it too: ref's model outputs of the draws it recorded are kept there
             rows = _run_rows(slots, run, shard, comm)
     provenance = {"seed": settings.seed, "replicates": settings.replicates, "dtype": str(dtype).removeprefix("torch."),
-                  "inputs": {k: p.describe() for k, p in inputs.items()}, "wall_time_s": time.perf_counter() - start,
+                  "inputs": {**{k: p.describe() for k, p in inputs.items()},
+                             **{k: {"kind": "constant", "value": v} for k, v in constants.items()}},
+                  "wall_time_s": time.perf_counter() - start,
                   "command": settings.command, "selected": len(chosen), "modules_ref": len(matching.ref),
                   "modules_prod": len(matching.prod), "padding": padding}
     if rename is not None:  # the rules, and every matched module whose name prod's model gives otherwise
@@ -377,7 +368,8 @@ def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end,
         provenance["prod_compiled_whole"] = True
     if autocast is not None:
         provenance["autocast"] = str(autocast).removeprefix("torch.")
-    warnings = tuple(w for w in (parameter_differences(ref_model, prod_model, rename),
+    warnings = tuple(w for w in (precision_warning(ref_model, inputs, kwargs, dtype),
+                                 parameter_differences(ref_model, prod_model, rename),
                                  shared_patch_warning(ref_launched), patched_warning(ref_patched)) if w)
     return ModelCertificate(name, tuple(rows), tuple(unmatched), modules.describe(), provenance, warnings)
 

@@ -16,7 +16,7 @@ from ..errors import CaseError
 from ..execution import seeding
 from .amp import autocast_models, install
 from .cases import module_cases
-from .engine import forward_extras
+from .inputs import forward_extras, split_inputs, working_dtype
 from .padding import DEFAULT as PADDING
 from .padding import resolve as resolve_padding
 from .record import draw_model_inputs
@@ -45,19 +45,26 @@ def pair_case(pair: ModelPair, module: str, direction: str = "forward", seed: in
             raise CaseError(f"pair {pair.name!r}: {role} has no module {module!r}; its modules are "
                             f"{', '.join(list(names)[:8])}{' ...' if len(names) > 8 else ''}")
     ref_mod: nn.Module = matching.ref[module]
-    drawn = draw_model_inputs(pair.inputs, seeding.generator(seed, seeding.INPUTS, 0), torch.device("cpu"), pair.dtype)
-    padding = resolve_padding(pair.inputs, pair.options.get("padding", PADDING), drawn, f"pair {pair.name!r}")
-    adapt = adapters(pair.options.get("adapt"), matching.ref).get(module)
     autocast = pair.options.get("autocast")
+    probes, constants, dtype = _inputs(pair)
+    drawn = draw_model_inputs(probes, seeding.generator(seed, seeding.INPUTS, 0), torch.device("cpu"), dtype)
+    padding = resolve_padding(probes, pair.options.get("padding", PADDING), drawn, f"pair {pair.name!r}")
+    adapt = adapters(pair.options.get("adapt"), matching.ref).get(module)
     with autocast_models((pair.ref, pair.prod), autocast):  # the recordings as kcert model makes them
-        built = module_cases(module, pair.ref, ref_mod, matching.prod[module], dict(pair.inputs),
-                             forward_extras(pair.ref, pair.inputs), pair.dtype, seed, direction == "backward",
+        built = module_cases(module, pair.ref, ref_mod, matching.prod[module], probes,
+                             forward_extras(pair.ref, probes, constants), dtype, seed, direction == "backward",
                              pair.name, padding=padding, adapt=adapt, training_dtype=autocast)
     case = built.forward if direction == "forward" else built.backward
     if case is None:
         why = built.forward_skipped if direction == "forward" else built.backward_skipped
         raise CaseError(f"pair {pair.name!r}: module {module!r} has no {direction} case: {why}")
     return case
+
+
+def _inputs(pair: ModelPair) -> tuple[dict, dict, torch.dtype]:
+    """The pair's probes, constant keywords and working precision, as ``kcert model`` takes them."""
+    probes, constants = split_inputs(pair.inputs, f"pair {pair.name!r}")
+    return probes, constants, working_dtype(pair.ref, pair.dtype, pair.options.get("autocast"), f"pair {pair.name!r}")
 
 
 def _matching(pair: ModelPair):
@@ -91,9 +98,10 @@ def write_case_file(pair: ModelPair, model_file: str, module: str, out: str, bac
     if module not in matching.ref or module not in matching.prod:
         where = "ref" if module not in matching.ref else "prod"
         raise CaseError(f"--export-case: {where} has no module {module!r} (pair {pair.name!r})")
-    drawn = draw_model_inputs(pair.inputs, seeding.generator(0, seeding.INPUTS, 0), torch.device("cpu"), pair.dtype)
-    prod_extra = forward_extras(eager_model(pair.prod), pair.inputs)
-    refuse_random_draws({"ref_model": (pair.ref, forward_extras(pair.ref, pair.inputs)),
+    probes, constants, dtype = _inputs(pair)
+    drawn = draw_model_inputs(probes, seeding.generator(0, seeding.INPUTS, 0), torch.device("cpu"), dtype)
+    prod_extra = forward_extras(eager_model(pair.prod), probes, constants)
+    refuse_random_draws({"ref_model": (pair.ref, forward_extras(pair.ref, probes, constants)),
                          "prod_model": (pair.prod, prod_extra)}, drawn, f"--export-case (pair {pair.name!r})")
     directions = ["forward"] + (["backward"] if backward else [])
     kept, names = [], []

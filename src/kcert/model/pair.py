@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..case import Probe
 from ..errors import CaseError, CaseFileError
+from .inputs import split_inputs
 from .select import Modules
 
 
@@ -25,14 +25,15 @@ class ModelPair:
         The pair's name (``--case NAME`` picks it).
     ref, prod : torch.nn.Module
         The reference model and the production one (same parameters).
-    inputs : dict of str -> probe
-        The forward's keyword arguments, redrawn per replicate.
+    inputs : dict of str -> probe or constant
+        The forward's keyword arguments: probes redrawn per replicate, constants (bool, int, float, str, None)
+        passed as they are.
     modules : kcert.Modules, optional
         The selection (default: modules that compute something themselves).
     loss : callable, optional
         ``loss(model_output, inputs) -> scalar``, certified end to end with the outputs.
-    dtype : torch.dtype, default torch.bfloat16
-        The working precision.
+    dtype : torch.dtype, optional
+        The working precision (default: the models' own, as :func:`kcert.certify_model`).
     description : str, default ""
     options : dict, optional
         More keywords of :func:`kcert.certify_model` for this pair: ``backward``, ``padding``, ``rename`` and
@@ -52,10 +53,10 @@ class ModelPair:
     name: str
     ref: nn.Module
     prod: nn.Module
-    inputs: Mapping[str, Probe]
+    inputs: Mapping[str, Any]  # probes, and constant keywords
     modules: Modules | None = None
     loss: Callable[[Any, dict], torch.Tensor] | None = None
-    dtype: torch.dtype = torch.bfloat16
+    dtype: torch.dtype | None = None
     description: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)  # more keywords of certify_model (backward, ...)
 
@@ -66,10 +67,7 @@ class ModelPair:
             if not isinstance(getattr(self, role), nn.Module):
                 raise CaseError(f"ModelPair {self.name!r}: {role} must be a torch.nn.Module, got "
                                 f"{type(getattr(self, role)).__name__}")
-        if not isinstance(self.inputs, Mapping) or not self.inputs or not all(
-                isinstance(p, Probe) for p in self.inputs.values()):
-            raise CaseError(f"ModelPair {self.name!r}: inputs must be a non-empty dict of forward keyword -> kcert "
-                            "probe")
+        split_inputs(self.inputs, f"ModelPair {self.name!r}")
 
 
 def load_pairs(path: str, names: list[str] | None = None) -> list[ModelPair]:
