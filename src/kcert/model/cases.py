@@ -144,7 +144,8 @@ class ModuleCall:
 
     def _own(self, kwargs: Mapping) -> tuple:
         """The module called on ``kwargs`` (padding not applied)."""
-        values = {k: in_mode(v) for k, v in kwargs.items() if k != VALID}
+        weights = {param_key(p) for p in self.params}
+        values = {k: in_mode(_intermediate(v) if k not in weights else v) for k, v in kwargs.items() if k != VALID}
         args, kw = self.layout.rebuild(values)
         if self.adapt is not None:
             args, kw = adapted(self.adapt, args, kw, self.name)
@@ -155,6 +156,15 @@ class ModuleCall:
                 raise KernelError(f"{self.name}: output{keystr(path)} is a {type(value).__name__}, a tensor when the "
                                   "case was built")
         return picked
+
+
+def _intermediate(value):
+    """An activation a backward row differentiates is an autograd leaf; in the model it is an intermediate, which
+    a module may write into (``ReLU(inplace=True)``, ``out += identity``), and autograd refuses that on a leaf:
+    the module gets a copy that is not one (its gradient flows to the leaf unchanged)."""
+    if isinstance(value, torch.Tensor) and value.requires_grad and value.is_leaf and torch.is_grad_enabled():
+        return value.clone()
+    return value
 
 
 # ModuleCall or ModelCall -> whether its outputs kept by the recording store were found, on the first replicate
