@@ -32,6 +32,7 @@ from .results import ModelCertificate, ModuleRow
 from .select import (Modules, compiled_whole, eager_model, eagerly, match, never_ran,
                      parameter_differences, select, trace)
 from .shard import SHARDS, run_shared
+from .state import buffers_kept
 from .store import RecordingStore
 
 
@@ -243,9 +244,14 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     dtype = working_dtype(ref_model, dtype, autocast, "certify_model")
     if autocast is not None:
         _check_autocast(ref_model, prod_model, dtype, autocast, name)
-    with autocast_models((ref_model, prod_model), autocast):  # every working-precision call of either model
-        return _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end, loss, dtype, name,
+    restored: dict[str, list[str]] = {}  # the buffers the forwards wrote into, put back (BatchNorm in training mode)
+    with buffers_kept((("ref", ref_model), ("prod", prod_model)), restored), \
+            autocast_models((ref_model, prod_model), autocast):  # every working-precision call of either model
+        cert = _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end, loss, dtype, name,
                               padding, shard, rename, adapt, autocast, settings, progress, on_event, overrides)
+    if restored:
+        cert.provenance["buffers_restored"] = restored
+    return cert
 
 
 def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end, loss, dtype, name, padding, shard,

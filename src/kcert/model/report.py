@@ -65,11 +65,20 @@ def render(cert: ModelCertificate, console) -> None:
         console.print(Text(f"autocast: both models ran under torch.autocast({autocast}) in the working precision, "
                            f"as a mixed-precision training step runs them; harm in {autocast} ULPs (docs/model.md, "
                            "Mixed precision)"), soft_wrap=True)
+    restored = cert.provenance.get("buffers_restored")
+    if restored:
+        said = "; ".join(f"{role}'s {_few(names)}" for role, names in restored.items())
+        console.print(Text(f"state: the forwards wrote into buffers ({said}), put back as they were after the run "
+                           "(docs/model.md, State the forwards write)"), soft_wrap=True)
     for warning in cert.warnings:
         console.print(Text(f"warning (the verdict is at least WARN): {warning}", style="yellow"), soft_wrap=True)
     if cert.unmatched:
         console.print(Text(f"unmatched modules (not certified; the verdict is at least WARN): "
                            + ", ".join(f"{n} ({m} only)" for m, n in cert.unmatched), style="yellow"), soft_wrap=True)
+
+
+def _few(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _number(x):
