@@ -437,6 +437,9 @@ def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, 
         forward = Case(name=forward.name, ref=_Subset(forward.ref, tuple(keep)), prod=_Subset(forward.prod, tuple(keep)),
                        inputs=forward.inputs, weights=forward.weights, dtype=forward.dtype,
                        output_names=live_names, description=forward.description)
+    missing = _backward_not_implemented(forward.prod, trial, wrt)
+    if missing:
+        return None, missing, notes
     try:
         back = gradients(forward, wrt=tuple(wrt), include_forward=False, name=f"{forward.name}:grad")
     except CaseError as exc:
@@ -445,6 +448,24 @@ def _backward_case(forward: Case, layout: Layout, trial: dict, params: Mapping, 
         zeroed = tuple(masks.get(k) for k in wrt)  # the backward case's outputs are grad_<k>, in wrt's order
         back = dataclasses.replace(back, ref=_Zeroed(back.ref, zeroed), prod=_Zeroed(back.prod, zeroed))
     return back, None, notes
+
+
+def _backward_not_implemented(prod: Callable, trial: dict, wrt: list[str]) -> str | None:
+    """Why prod's module has no backward on this device, when its gradient raises NotImplementedError on the first
+    draw (flex attention on a CPU: "FlexAttention does not support backward on CPU"): the row is SKIPPED with it,
+    where the run stopped in the row. Any other error is left to the row, which names it."""
+    values = {k: v.detach().clone().requires_grad_() if k in wrt else v for k, v in trial.items()}
+    try:
+        with torch.enable_grad():
+            outs = [o for o in prod(**values) if isinstance(o, torch.Tensor) and o.requires_grad]
+            if outs:
+                torch.autograd.grad(outs, [values[k] for k in wrt], [torch.ones_like(o) for o in outs],
+                                    allow_unused=True)
+    except NotImplementedError as exc:
+        return f"prod's module has no backward here: NotImplementedError: {exc}"
+    except Exception:  # noqa: BLE001 - not a missing backward: the row runs and names it
+        return None
+    return None
 
 
 @dataclass(frozen=True, eq=False)
