@@ -34,6 +34,7 @@ from .select import (Modules, compiled_whole, eager_model, eagerly, match, never
 from .shard import SHARDS, run_shared
 from .state import buffers_kept
 from .store import RecordingStore
+from .words import few
 
 
 WHOLE_COMPILE = ("prod_model is torch.compile'd as a whole: this row runs its compiled graph, the module rows run "
@@ -77,7 +78,7 @@ class _Job:
     prod_module: str | None = None  # prod's own name of the module, when a rename gave it ref's
 
 
-def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
+def _check(ref_model, prod_model, modules, loss, name) -> None:
     for role, model in (("ref_model", ref_model), ("prod_model", prod_model)):
         if not isinstance(model, nn.Module):
             raise CaseError(f"certify_model: {role} must be a torch.nn.Module, got {type(model).__name__}")
@@ -88,7 +89,6 @@ def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
     if ref_model is prod_model:
         raise CaseError("certify_model: ref_model and prod_model are the same object; build prod as a copy "
                         "(copy.deepcopy(ref) then patch it, or a new model loaded with ref's state dict)")
-    split_inputs(inputs, "certify_model")
     if modules is not None and not isinstance(modules, Modules):
         raise CaseError(f"certify_model: modules must be a kcert.Modules or None, got {type(modules).__name__}")
     if loss is not None and not callable(loss):
@@ -96,7 +96,6 @@ def _check(ref_model, prod_model, inputs, modules, loss, dtype, name) -> None:
                         f"{type(loss).__name__}")
     if not isinstance(name, str) or not name.strip():
         raise CaseError(f"certify_model: name must be a non-empty string, got {name!r}")
-    working_dtype(ref_model, dtype, None, "certify_model")  # a dtype that is not a floating one is refused
 
 
 def _check_autocast(ref_model, prod_model, dtype, autocast, name) -> None:
@@ -240,23 +239,25 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     >>> cert.first_failure.module, cert.first_failure.kind
     ('1', 'GELU')
     """
-    _check(ref_model, prod_model, inputs, modules, loss, dtype, name)
-    dtype = working_dtype(ref_model, dtype, autocast, "certify_model")
+    _check(ref_model, prod_model, modules, loss, name)
+    inputs, constants = split_inputs(inputs, f"certify_model({name!r})")  # the probes, and constant keywords
+    dtype = working_dtype(ref_model, dtype, autocast, f"certify_model({name!r})")
     if autocast is not None:
         _check_autocast(ref_model, prod_model, dtype, autocast, name)
     restored: dict[str, list[str]] = {}  # the buffers the forwards wrote into, put back (BatchNorm in training mode)
     with buffers_kept((("ref", ref_model), ("prod", prod_model)), restored), \
             autocast_models((ref_model, prod_model), autocast):  # every working-precision call of either model
-        cert = _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end, loss, dtype, name,
-                              padding, shard, rename, adapt, autocast, settings, progress, on_event, overrides)
+        cert = _certify_model(ref_model, prod_model, inputs, constants, modules, backward, end_to_end, loss, dtype,
+                              name, padding, shard, rename, adapt, autocast, settings, progress, on_event, overrides)
     if restored:
         cert.provenance["buffers_restored"] = restored
     return cert
 
 
-def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end, loss, dtype, name, padding, shard,
-                   rename, adapt, autocast, settings, progress, on_event, overrides) -> ModelCertificate:
-    """:func:`certify_model`'s work, inside its autocast hooks (the arguments are certify_model's)."""
+def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, end_to_end, loss, dtype, name, padding,
+                   shard, rename, adapt, autocast, settings, progress, on_event, overrides) -> ModelCertificate:
+    """:func:`certify_model`'s work, inside its autocast hooks (the arguments are certify_model's; ``inputs`` the
+    probes, ``constants`` the constant keywords, ``dtype`` the working precision)."""
     if shard not in SHARDS:
         raise CaseError(f"certify_model: shard must be one of {', '.join(map(repr, SHARDS))}, got {shard!r}")
     plain = settings is None or (isinstance(settings, int) and not isinstance(settings, bool))  # not a Settings built
@@ -265,7 +266,6 @@ def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end,
     settings = Settings.build(settings, **overrides).check()
     modules = modules or Modules()
     start = time.perf_counter()
-    inputs, constants = split_inputs(inputs, f"certify_model({name!r})")
     refuse_unknown_keywords(ref_model, constants, "ref_model", f"certify_model({name!r})")
     refuse_unknown_keywords(eager_model(prod_model), constants, "prod_model", f"certify_model({name!r})")
     extra = forward_extras(ref_model, inputs, constants)
@@ -292,7 +292,7 @@ def _certify_model(ref_model, prod_model, inputs, modules, backward, end_to_end,
         named = never_ran(modules, matching.ref, found)
         hint = f"; {len(named)} match but never ran in the forward" if named else ""
         raise CaseError(f"certify_model({name!r}): the selection ({modules.describe()}) matches no module that "
-                        f"runs in ref_model's forward{hint}; ref's modules are {_few(list(matching.ref))}")
+                        f"runs in ref_model's forward{hint}; ref's modules are {few(list(matching.ref), 8)}")
     unmatched = [("ref", n) for n in matching.only_ref] + [("prod", n) for n in matching.only_prod]
     planned = [n for n in chosen if n in matching.prod]
     with interpreter_compat():  # prod's forward may launch Triton kernels (model/interpreter.py)
@@ -478,6 +478,3 @@ def _foreign_rows(slots, module, order, reason, matching, backward) -> None:
                                matching.prod_names.get(module)))
 
 
-def _few(names: list[str], limit: int = 8) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -11,12 +11,12 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from ..case import _FLOATING as FLOATING
 from ..case import Probe
 from ..errors import CaseError
 
 # Plain values passed as they are to both forwards, every replicate: the switches a forward takes.
 CONSTANTS = (bool, int, float, str, type(None))
-FLOATING = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
 def split_inputs(inputs: Mapping[str, Any], where: str) -> tuple[dict[str, Probe], dict[str, Any]]:
@@ -57,11 +57,8 @@ def forward_extras(model: nn.Module, probes: Mapping, constants: Mapping | None 
     ``use_cache=False`` when the forward takes it and the inputs do not set it (a key/value cache passed to a
     module would be written by every replay)."""
     constants = dict(constants or {})
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return constants
-    if "use_cache" in params and "use_cache" not in probes and "use_cache" not in constants:
+    params = _forward_parameters(model)
+    if params is not None and "use_cache" in params and "use_cache" not in probes and "use_cache" not in constants:
         constants["use_cache"] = False
     return constants
 
@@ -69,16 +66,21 @@ def forward_extras(model: nn.Module, probes: Mapping, constants: Mapping | None 
 def refuse_unknown_keywords(model: nn.Module, keywords, role: str, where: str) -> None:
     """A constant keyword ``model``'s forward does not take, said before any forward runs (a forward with
     ``**kwargs`` takes any)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    params = _forward_parameters(model)
+    if params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     unknown = [k for k in keywords if k not in params]
     if unknown:
         raise CaseError(f"{where}: {role}'s forward takes no keyword {', '.join(map(repr, unknown))} (given in "
                         f"inputs); its forward takes {', '.join(params) or 'nothing'}")
+
+
+def _forward_parameters(model: nn.Module):
+    """The parameters of ``model.forward``'s signature; None when it has none Python can read (a builtin)."""
+    try:
+        return inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return None
 
 
 def own_dtype(model: nn.Module) -> torch.dtype | None:
@@ -109,7 +111,8 @@ def working_dtype(ref_model: nn.Module, dtype: torch.dtype | None, autocast: tor
     return found if found in FLOATING else torch.bfloat16
 
 
-def precision_warning(ref_model: nn.Module, probes: Mapping[str, Probe], drawn: Mapping, dtype: torch.dtype) -> str | None:
+def precision_warning(ref_model: nn.Module, probes: Mapping[str, Probe], drawn: Mapping,
+                      dtype: torch.dtype) -> str | None:
     """A dtype given that differs from the models' own while a floating probe is rounded to it: the model
     receives inputs in another precision than it computes in (mixed-dtype arithmetic, or an error in a
     kernel that checks): said in the certificate's warnings."""

@@ -21,6 +21,8 @@ import types
 
 from torch import nn
 
+from .words import few
+
 # How far calls are followed: from a forward into functions of its own module, and into submodules of a module
 # named in it (torch -> nn -> functional).
 CALL_DEPTH = 3
@@ -95,10 +97,8 @@ def patched_warning(found: dict[str, str], limit: int = 4) -> str | None:
     """The certificate's warning when ref runs patched functions (None when it runs none)."""
     if not found:
         return None
-    items = list(found.items())
-    shown = "; ".join(f"{where} is {what}" for where, what in items[:limit])
-    more = f" and {len(items) - limit} more" if len(items) > limit else ""
-    return (f"ref_model runs functions patched in from elsewhere ({shown}{more}): a patch of an architecture's module "
+    shown = few([f"{where} is {what}" for where, what in found.items()], limit, "; ")
+    return (f"ref_model runs functions patched in from elsewhere ({shown}): a patch of an architecture's module "
             "or class, or of torch, reaches every model that runs it, ref as well as prod, so rows that run it "
             "compare the patch with itself. Patch prod's instances only, not the architecture's module or classes "
             "(Liger: _apply_liger_kernel_to_instance(model=prod, rope=False)), or certify the function itself with "

@@ -18,6 +18,7 @@ from torch import nn
 
 from ..errors import CaseError
 from .select import eager_model, eagerly
+from .words import few
 
 
 def _cuda_in_use() -> bool:
@@ -72,12 +73,12 @@ def drawing_modules(model: nn.Module, kwargs: Mapping, extra: Mapping | None = N
 
 def _describe(model: nn.Module, names: list[str], limit: int = 6) -> str:
     shown = []
-    for name in names[:limit]:
+    for name in names:
         module = model.get_submodule(name) if name else model
         p = getattr(module, "p", None)
         detail = f", p={p:g}" if isinstance(p, float) else ""
         shown.append(f"{name or '(model)'} ({type(module).__name__}{detail})")
-    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return few(shown, limit)
 
 
 def refuse_random_draws(models: Mapping[str, tuple[nn.Module, Mapping]], kwargs: Mapping, where: str) -> None:

@@ -12,6 +12,7 @@ from ..report.html import _COLOURS, _STYLE, _badge, _case
 from ..report.jsonio import to_dict
 from ..verdict import Verdict
 from .results import ModelCertificate, ModuleRow, bias_effect, variance_bound
+from .words import few
 
 SCHEMA = "kcert.model/1"
 _RICH = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.FAIL: "bold red", Verdict.SKIPPED: "magenta"}
@@ -67,7 +68,7 @@ def render(cert: ModelCertificate, console) -> None:
                            "Mixed precision)"), soft_wrap=True)
     restored = cert.provenance.get("buffers_restored")
     if restored:
-        said = "; ".join(f"{role}'s {_few(names)}" for role, names in restored.items())
+        said = "; ".join(f"{role}'s {few(names, 3)}" for role, names in restored.items())
         console.print(Text(f"state: the forwards wrote into buffers ({said}), put back as they were after the run "
                            "(docs/model.md, State the forwards write)"), soft_wrap=True)
     for warning in cert.warnings:
@@ -75,10 +76,6 @@ def render(cert: ModelCertificate, console) -> None:
     if cert.unmatched:
         console.print(Text(f"unmatched modules (not certified; the verdict is at least WARN): "
                            + ", ".join(f"{n} ({m} only)" for m, n in cert.unmatched), style="yellow"), soft_wrap=True)
-
-
-def _few(names: list[str], shown: int = 3) -> str:
-    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _number(x):

@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_leaves
 
 from ..errors import CaseError
 from .rename import Rename
+from .words import few
 
 COMPILED = "_orig_mod"  # the wrapped module of a torch.compile'd one
 
@@ -202,9 +203,8 @@ def parameter_differences(ref_model: nn.Module, prod_model: nn.Module, rename: R
                 differ.append(f"{name} ({values} of {a.numel()} values)")
     if not differ:
         return None
-    shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
-    return (f"prod's parameters differ from ref's ({len(differ)} of {len(shared)}: {shown}): the module rows run "
-            "prod's modules with ref's parameters, so they certify prod's code, not its weights; only the "
+    return (f"prod's parameters differ from ref's ({len(differ)} of {len(shared)}: {few(differ, 4)}): the module "
+            "rows run prod's modules with ref's parameters, so they certify prod's code, not its weights; only the "
             "end-to-end row runs prod's own. To certify converted weights, give prod ref's (load ref's state dict) "
             "and judge the conversion apart")
 
