@@ -1,7 +1,7 @@
 import pytest
 
 import kcert
-from kernels import rmsnorm_builtin, rmsnorm_ref
+from sample_kernels import rmsnorm_builtin, rmsnorm_ref
 
 
 @pytest.fixture

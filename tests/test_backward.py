@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 import torch
-from kernels import rmsnorm_ref
+from sample_kernels import rmsnorm_ref
 
 import kcert
 from kcert.backward import DEFAULT_COTANGENT_SHIFT, _dry_run, gradients
@@ -20,7 +20,7 @@ EPS = 1e-6  # rmsnorm_ref's
 
 
 def rms_exact(x, w, dy):
-    """Closed-form float64 gradients of y = x rstd w (the RMSNorm of tests/kernels.py)."""
+    """Closed-form float64 gradients of y = x rstd w (the RMSNorm of tests/sample_kernels.py)."""
     x, w, dy = x.double(), w.double(), dy.double()
     rstd = torch.rsqrt(x.square().mean(-1, keepdim=True) + EPS)
     xhat = x * rstd

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from kernels import REDUCTION_LAYOUTS, rmsnorm_builtin, stable_report
+from sample_kernels import REDUCTION_LAYOUTS, rmsnorm_builtin, stable_report
 
 import kcert
 from kcert.catalog import norms as N

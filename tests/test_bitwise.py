@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from kernels import rms_bf16_case, rmsnorm_ref, run_ranks
+from sample_kernels import rms_bf16_case, rmsnorm_ref, run_ranks
 
 import kcert
 from kcert.catalog import norms as N

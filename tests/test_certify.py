@@ -11,7 +11,7 @@ from kcert.execution.runner import Runner
 from kcert.gates.bias import rejudge
 from kcert.stats.bias import REPORT_RULES
 
-from kernels import rmsnorm_ref, stable_report
+from sample_kernels import rmsnorm_ref, stable_report
 
 
 def test_demo_pair_verdicts_and_the_reports_point():

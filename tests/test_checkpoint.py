@@ -12,7 +12,7 @@ import kcert
 from kcert.cli import main
 from kcert.errors import KcertError, KernelError, ParameterError
 from kcert.execution.checkpoint import FORMAT, CheckpointError
-from kernels import rms_bf16_casefile, bf16_rmsnorm, rms_bf16_case, rmsnorm_ref, stable_report
+from sample_kernels import rms_bf16_casefile, bf16_rmsnorm, rms_bf16_case, rmsnorm_ref, stable_report
 
 R, M, SEED = 50, 200, 3  # three looks: 50, 100, 200 (blocks of 64: partial blocks at every look)
 

@@ -11,7 +11,7 @@ import functools
 
 import pytest
 import torch
-from kernels import control_bar_failures
+from sample_kernels import control_bar_failures
 
 import kcert
 from kcert.catalog import backward as catalog

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernels import assert_meets_bar
+from sample_kernels import assert_meets_bar
 
 import kcert
 from kcert.catalog import moe as cat

@@ -13,7 +13,7 @@ from kcert.controls import opaque, opaque_float32, registry
 from kcert.controls.registry import all_controls, not_runnable
 from kcert.execution.ladder import relative_error
 from kcert.verdict import Verdict
-from kernels import as_outputs, draw_float32
+from sample_kernels import as_outputs, draw_float32
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 

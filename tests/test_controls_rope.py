@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from kernels import assert_meets_bar, control_bar_failures
+from sample_kernels import assert_meets_bar, control_bar_failures
 
 import kcert
 from kcert.catalog import Operator

@@ -14,7 +14,7 @@ import torch
 
 import kcert
 from kcert.cli import main
-from kernels import stable_report
+from sample_kernels import stable_report
 
 OUTPUTS = '''
 import torch, kcert
@@ -216,7 +216,7 @@ def test_max_time_bounds_the_run_saves_it_and_resume_reports_what_it_reused(tmp_
 
 def test_a_time_limit_resumes_to_the_uninterrupted_certificate(tmp_path):
     from kcert.errors import TimeLimitReached
-    from kernels import rms_bf16_case
+    from sample_kernels import rms_bf16_case
 
     calls = itertools.count(1)  # an iterator's position is state, not definition: not fingerprinted
 
@@ -224,7 +224,7 @@ def test_a_time_limit_resumes_to_the_uninterrupted_certificate(tmp_path):
         if next(calls) == 40:
             import time
             time.sleep(1.2)
-        from kernels import bf16_rmsnorm
+        from sample_kernels import bf16_rmsnorm
         return bf16_rmsnorm(x, w)
 
     path = tmp_path / "run.npz"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import kcert
-from kernels import bf16_rmsnorm, rms_bf16_case, rms_bf16_casefile, run_ranks, stable_report
+from sample_kernels import bf16_rmsnorm, rms_bf16_case, rms_bf16_casefile, run_ranks, stable_report
 
 
 def fragile_rmsnorm(x, w):

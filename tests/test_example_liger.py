@@ -15,7 +15,7 @@ from kcert import certify
 from kcert.casefile import load_cases
 from kcert.execution.ladder import relative_error
 from kcert.execution.realmode import run_real
-from kernels import as_outputs, draw_float32
+from sample_kernels import as_outputs, draw_float32
 
 pytest.importorskip("triton", reason="the example needs triton (pip install 'kcert[opaque]')")
 pytest.importorskip("liger_kernel", reason="the example needs liger-kernel (pip install 'kcert[opaque]')")

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from kernels import REDUCTION_LAYOUTS
+from sample_kernels import REDUCTION_LAYOUTS
 
 import kcert
 from kcert.execution import fused
@@ -33,7 +33,7 @@ def _labels(spec, r):
     return bucket_labels(spec, {}, {}, r, "test") if isinstance(spec, kcert.Labels) else None
 
 
-LAYOUTS = REDUCTION_LAYOUTS + [  # the torch chunks' layouts (tests/kernels.py), and:
+LAYOUTS = REDUCTION_LAYOUTS + [  # the torch chunks' layouts (tests/sample_kernels.py), and:
     ((3, 2, 5, 7, 11, 13), kcert.Axes(0, 2, 4)),  # six alternating groups
     ((5, 1, 7), kcert.Axes(1)),  # a size-1 bucket axis
 ]
@@ -232,7 +232,7 @@ def test_the_environment_switch_forces_the_torch_path(monkeypatch):
 def test_certificates_through_either_path_agree(monkeypatch):
     """End to end: the same case certified with the compiled reduction and with the torch one gives
     the same verdicts, ULP histograms and error norms, and bias means equal to round-off."""
-    from kernels import rmsnorm_builtin
+    from sample_kernels import rmsnorm_builtin
 
     from kcert.catalog import norms as N
 

@@ -17,7 +17,7 @@ import kcert
 from kcert.errors import KernelError, ModelTimeLimitReached, TimeLimitReached
 from kcert.model.shard import deal, longest_first, run_shared
 from kcert.report.stable import stable_model_dict
-from kernels import ThreadRanks
+from sample_kernels import ThreadRanks
 from model_fixtures import write_defect_pair_file
 
 

@@ -9,7 +9,7 @@ import kcert
 from kcert.gates.minimum import bias_minimum
 from kcert.stats import power
 
-from kernels import rmsnorm_builtin, rmsnorm_ref
+from sample_kernels import rmsnorm_builtin, rmsnorm_ref
 
 
 def occasional_gain(x, w):

@@ -13,7 +13,7 @@ from kcert import assertions
 from kcert.cli import build_parser, main
 from kcert.report.stable import stable_dict
 from kcert.reproduce import certify_call, command_line, exact_number
-from kernels import rms_bf16_casefile
+from sample_kernels import rms_bf16_casefile
 
 HORIZON = 1234567.8  # f"{HORIZON:g}" is 1.23457e+06: another horizon, another certificate
 
