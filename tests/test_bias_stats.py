@@ -67,6 +67,17 @@ def test_zero_variance_is_its_own_case():
     assert np.isinf(r.z[1]) and r.z[0] == 0.0
 
 
+def test_a_constant_difference_is_significant_only_from_a_run_a_sign_test_rejects():
+    """One non-zero value in every replicate: at R = 8 a run of one sign that long has chance 2^-7 under a
+    symmetric null (quantised differences make them), not significant; from 22 replicates on (2^-21 under
+    2 Phi(-5)) it is, judged by the ULP floor alone."""
+    assert power.constant_run_minimum(5.0) == 22 and 2.0 ** -21 <= 2 * norm.sf(5) < 2.0 ** -20
+    short = _judge(21, [0.5, 0.0], [0.0, 0.0])
+    assert list(short.verdict) == [PASS, PASS] and np.isinf(short.z[0]) and np.isinf(short.critical[0])
+    long = _judge(22, [0.5], [0.0])
+    assert long.verdict[0] == FAIL and np.isfinite(long.critical[0])
+
+
 def test_untested_buckets_and_attribution():
     r = _judge(np.array([1, 1024]), [1.0, 1.0], [0.1, 0.1])
     assert r.reason[0] == UNTESTED and r.verdict[0] == PASS and r.verdict[1] == FAIL
@@ -107,10 +118,22 @@ def test_default_s_min_is_the_harm_boundary():
 
 
 def test_power_and_fwer_closed_forms():
+    from scipy.stats import nct
     margin = 5 + norm.ppf(0.8)
-    assert power.min_detectable_effect(1024, 5) == pytest.approx(margin / 32)
-    assert power.horizon_covered(1024, 5) == pytest.approx(1024 / margin**2)
-    assert power.replicates_needed(T, 5) == int(np.ceil(margin**2 * T))
+    # the large-R forms hold where the critical value is z* (to 1e-6 at R = 2e7)
+    assert power.replicates_needed(T, 5) == pytest.approx(np.ceil(margin**2 * T), rel=1e-5)
+    assert power.replicates_needed(T, 5) >= np.ceil(margin**2 * T)
+    # at R = 1024 the critical value 5.03 costs 0.6 % of detectable effect against the normal form
+    assert margin / 32 < power.min_detectable_effect(1024, 5) < 1.01 * margin / 32
+    assert power.horizon_covered(1024, 5) == pytest.approx(power.min_detectable_effect(1024, 5) ** -2)
+    # the quoted effect is detected with at least the quoted power by the exact noncentral t, and not much more
+    for r in (8, 16, 47, 64, 1024):
+        rho, c = power.min_detectable_effect(r, 5), power.critical_z(r, 5)
+        assert 0.8 <= nct.sf(c, r - 1, np.sqrt(r) * rho) < 0.85, r
+    # replicates_needed inverts horizon_covered
+    for horizon in (1.0, 30.0, 1e3):
+        r = power.replicates_needed(horizon, 5)
+        assert power.horizon_covered(r, 5) >= horizon > power.horizon_covered(r - 1, 5)
     assert power.familywise_error_bound(256, 5) == pytest.approx(2 * 256 * norm.sf(5))
     assert power.familywise_error_bound(10**9, 5) == 1.0
     with pytest.raises(ValueError, match="power must lie in"):
@@ -135,12 +158,29 @@ def test_negligible_or_insignificant_prod_bias_is_not_prods_defect():
     assert r.verdict[0] == PASS and r.reason[0] == ATTRIBUTED_TO_REF
 
 
-def test_familywise_bound_uses_student_t_for_finite_replicates():
+def test_the_critical_value_is_the_student_quantile_with_the_normal_tail_at_z_star():
     from scipy.stats import t
-    assert power.familywise_error_bound(256, 5, 64) == pytest.approx(2 * 256 * t.sf(5, 63))
-    # the normal tail understates the rate by ~8x at R = 64, ~1.2x at R = 1024
-    assert power.familywise_error_bound(256, 5, 64) > 5 * power.familywise_error_bound(256, 5)
-    assert 1.1 < power.familywise_error_bound(1, 5, 1024) / power.familywise_error_bound(1, 5) < 1.3
+    counts = np.array([0, 1, 2, 8, 64, 1024, 1024, 10**7])
+    c = power.critical_z(counts, 5)
+    assert np.all(np.isinf(c[:2]))
+    assert np.allclose(2 * t.sf(c[2:], counts[2:] - 1), 2 * norm.sf(5), rtol=1e-6)
+    assert c[3] == pytest.approx(17.10, abs=0.01) and c[4] == pytest.approx(5.565, abs=1e-3)
+    assert 5 < c[-1] < 5.00001 and c[5] == c[6] == power.critical_z(1024, 5)
+
+
+def test_a_bucket_is_significant_beyond_its_critical_value_not_beyond_z_star():
+    """At R = 8 a null |z| above 5 is a 1-in-640 event per bucket (Student t with 7 degrees of freedom), not
+    the normal's 1 in 1.7 million: z = 6 is not significant there, it is at R = 1024 (critical 5.03)."""
+    std = np.ones(1)
+    small = judge_buckets("raw", np.full(1, 8), np.array([6 / np.sqrt(8)]), std, np.full(1, 1e-6), BiasThresholds(), T)
+    assert small.z[0] == pytest.approx(6) and not small.significant[0] and small.verdict[0] == PASS
+    assert small.critical[0] == pytest.approx(17.10, abs=0.01)
+    large = judge_buckets("raw", np.full(1, 1024), np.array([6 / 32]), std, np.full(1, 1e-6), BiasThresholds(), T)
+    assert large.significant[0] and large.verdict[0] == FAIL
+    # a strong bias still FAILs at R = 8 (|z| = 28)
+    strong = judge_buckets("raw", np.full(1, 8), np.array([10.0]), np.array([1.0]), np.full(1, 1e-6),
+                           BiasThresholds(), T)
+    assert strong.verdict[0] == FAIL
 
 
 def test_the_attribution_z_and_the_bucket_z_decide_alike_but_on_one_replicate():

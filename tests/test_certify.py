@@ -192,7 +192,7 @@ def test_wide_draws_find_a_branch_the_probe_never_reaches():
     """prod differs only for |x| > 10: never under N(0, 1) draws, found by the 4x wider draws."""
     case = kcert.Case(name="branch", ref=lambda x: x * 2, prod=lambda x: x * 2 + (x.abs() > 10).to(x.dtype),
                       inputs={"x": kcert.Gaussian((16, 4))})
-    cert = kcert.certify(case, replicates=40)  # >= the bias gate's minimum for a PASS
+    cert = kcert.certify(case, replicates=48)  # >= the bias gate's minimum for a PASS (47)
     assert cert.gates["bias"] is kcert.Verdict.PASS
     assert cert.algebra.verdict is kcert.Verdict.FAIL
 

@@ -316,17 +316,19 @@ def test_the_bias_block_and_l0_quote_the_same_significant_buckets(tmp_path, caps
     assert l0["classification"].startswith("coherent") and l0["growth"]["significant_buckets"] > 0
     n = l0["growth"]["significant_buckets"]
     assert "no significant bucket" not in out
-    assert f"no bucket WARN or FAIL; {n} buckets significant (|z| > 5 on mean(prod - ref), raw or sign-aligned): " \
-           f"0 FAIL, 0 WARN, {n} PASS as ref's own bias" in out
-    assert f"growth: {n} buckets significant at R = 256 (|z| > 5 on mean(prod - ref), raw or sign-aligned: the bias " \
-           f"gate's statistics and z*)" in out
+    # z* = 5 is the Student t(255) quantile 5.13 at R = 256 (kcert.stats.power.critical_z), for both
+    assert f"no bucket WARN or FAIL; {n} buckets significant (|z| > 5.13 on mean(prod - ref), raw or sign-aligned; " \
+           f"z* = 5 at this R): 0 FAIL, 0 WARN, {n} PASS as ref's own bias" in out
+    assert f"growth: {n} buckets significant at R = 256 (|z| > 5.13 on mean(prod - ref), raw or sign-aligned: the " \
+           f"bias gate's statistics and critical value)" in out
     assert f"the bias gate PASSes them: L0 sees a coherent difference between prod and ref; the bias gate also asks " \
            f"whose it is, and {n} of the {n} buckets are ref's own bias" in out
     page = html.read_text()
     assert "the bias gate PASSes them" in page and f"{n} PASS as ref&#x27;s own bias" in page
     cert = kcert.certify(kcert.Case(name="x", ref=lambda x: x * 2, prod=lambda x: x + x,
                                     inputs={"x": kcert.Gaussian((4,))}), 40, peer_rules=False, algebra_proof=False)
-    assert significance(cert.bias[0]).text() == "0 buckets significant (|z| > 5 on mean(prod - ref), raw or sign-aligned)"
+    assert significance(cert.bias[0]).text() == ("0 buckets significant (|z| > 5.97 on mean(prod - ref), raw or "
+                                                 "sign-aligned; z* = 5 at this R)")
 
 
 def test_algebra_messages_print_constants_as_numbers():

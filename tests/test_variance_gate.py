@@ -227,3 +227,30 @@ def test_the_reports_k_is_kept_beside_the_verdict():
     v = _judge(e_prod, e_ref)
     np.testing.assert_array_equal(v.amplification, amplification_ratios(e_prod, e_ref, v.epsilon))
     assert v.tail is not None and v.report_upper_bound == pytest.approx(v.tail.return_level + 3 * v.tail.standard_error)
+
+
+# Per-replicate errors in float16 harm units of a real row at R = 32 (the zoo's 2-layer Llama in float16, layer 0,
+# eager against sdpa attention, kcert model seed 8): the separate-shapes estimate of A_T is 3.8e3, its halves 0.87
+# and 0.59; the same row at R = 1024 WARNs with U = 1.15 and A_T = 0.8.
+FP16_LAYER_PROD = np.array([
+    2.464114, 1.407516, 3.056121, 1.785308, 3.804307, 2.445008, 2.571778, 1.33379, 2.17969, 2.247757, 2.158918,
+    1.987882, 2.354872, 2.827174, 3.177955, 2.793506, 2.891463, 3.283236, 2.886091, 2.510468, 2.853423,
+    2.770826, 2.363325, 2.450307, 2.484257, 2.029538, 2.824045, 2.218995, 5.416614, 2.793371, 1.963373,
+    1.271173,])
+FP16_LAYER_REF = np.array([
+    2.758748, 1.367008, 3.959963, 1.891017, 1.953977, 2.985198, 2.08352, 2.435457, 2.202563, 2.282753,
+    2.158918, 3.856928, 2.354872, 2.71137, 3.677955, 1.793506, 2.432535, 3.769887, 3.386091, 3.372582,
+    3.332741, 2.770826, 2.81366, 2.065072, 2.245593, 2.377213, 3.199045, 2.923733, 3.416614, 3.198942,
+    2.254238, 1.509214,])
+
+
+def test_an_unconfirmed_separate_shapes_fail_under_the_minimum_is_held_at_warn():
+    v = judge_errors(FP16_LAYER_PROD, FP16_LAYER_REF, 6.25e5, VarianceThresholds(), planned_looks=3)
+    assert v.fail_estimate > 1e3 and max(v.confirmation) < 10  # FAILed before, on this evidence
+    assert v.fail_estimate == v.interval.separate_estimate != v.interval.common_estimate
+    assert v.verdict is Verdict.WARN
+    held = next(d for d in v.diagnostics if d.code == "fail_not_confirmed")
+    assert "held at WARN" in held.message and "not on half the replicates" in v.reason
+    # prod's errors 20x: the halves reproduce the FAIL, which stands under the minimum as well
+    gross = judge_errors(20 * FP16_LAYER_PROD, FP16_LAYER_REF, 6.25e5, VarianceThresholds(), planned_looks=3)
+    assert gross.verdict is Verdict.FAIL and min(gross.confirmation) > 10

@@ -106,8 +106,7 @@ def _sample(family, control, seed, replicates, b: BiasResult, v: VarianceResult 
     tests = {t.statistic: t for t in b.tests}
     tested = [t.count >= 2 for t in b.tests]
     z = np.concatenate([np.abs(t.z[m]) for t, m in zip(b.tests, tested)]) if b.tests else np.zeros(0)
-    z_star = b.thresholds.z_star
-    significant = [np.abs(t.effect_ulp[m & (np.abs(t.z) > z_star)]) for t, m in zip(b.tests, tested)]
+    significant = [np.abs(t.effect_ulp[m & t.significant]) for t, m in zip(b.tests, tested)]
     significant = np.concatenate(significant) if significant else np.zeros(0)
 
     def effect(stat):

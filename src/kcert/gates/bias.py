@@ -17,7 +17,6 @@ from ..verdict import Verdict
 from .minimum import BIAS_REFERENCE_EFFECT, bias_minimum, judge_minimum
 
 
-
 def judge_bias(acc: OutputAccumulator, thresholds: BiasThresholds, horizon: float, attribution: bool,
                dtypes_may_differ: bool = False, harm_format: str | None = None) -> BiasResult:
     """Judge one output's accumulated moments. The result keeps the moments, so it can be judged
@@ -80,8 +79,6 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
                                 f"{nonfinite_ref} elements in replicates {list(nonfinite_replicates)}"))
 
     tested = int(sum(t.tested for t in tests))
-    counts = [t.count[t.count >= 2] for t in tests if np.any(t.count >= 2)]
-    fewest = int(min(c.min() for c in counts)) if counts else replicates  # the heaviest t tail
     reasons = np.stack([t.reason for t in tests]) if tests else np.zeros((0, 0))
     detectable = power.min_detectable_effect(replicates, thresholds.z_star, thresholds.power)
     covered = power.horizon_covered(replicates, thresholds.z_star, thresholds.power)
@@ -107,9 +104,11 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         if not dtypes_may_differ:  # an interface change must not go through silently
             verdict = Verdict.worst([verdict, Verdict.WARN])
     minimum = bias_minimum(thresholds.z_star, thresholds.power)
+    critical = power.critical_z(minimum, thresholds.z_star)
     verdict, too_few = judge_minimum(BIAS.name, verdict, replicates, minimum,
                                      f"a bias as large as the noise, rho = {BIAS_REFERENCE_EFFECT:g}, detected with "
-                                     f"power {thresholds.power:g} at |z| > {thresholds.z_star:g}")
+                                     f"power {thresholds.power:g} at |z| > {critical:.3g}, the Student t quantile "
+                                     f"of z* = {thresholds.z_star:g} at that R")
     if too_few is not None:
         diags.append(too_few)
 
@@ -125,7 +124,7 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         reference_magnitude=magnitude,
         ulp=bucket_ulp,
         tests=tests,
-        familywise_error_bound=power.familywise_error_bound(tested, thresholds.z_star, fewest),
+        familywise_error_bound=power.familywise_error_bound(tested, thresholds.z_star),
         min_detectable_effect=detectable,
         horizon_covered=covered,
         replicates_for_horizon=needed,

@@ -12,13 +12,15 @@ from ..certificate import BitwiseResult
 from ..execution.accumulator import OutputAccumulator
 from ..stats.bitwise import classify, growth_test
 from ..stats.moments import MomentAccumulator
+from ..stats.power import critical_z
 
 
 def judge_bitwise(acc: OutputAccumulator, early: tuple[int, dict[str, MomentAccumulator]] | None,
                   z_star: float) -> BitwiseResult:
     """L0 for one output from its accumulator and the runner's early snapshot
-    (:meth:`kcert.execution.runner.Runner.early_moments`); ``z_star``: the bias gate's threshold,
-    which decides which buckets count as significant at R."""
+    (:meth:`kcert.execution.runner.Runner.early_moments`); ``z_star``: the bias gate's threshold; its
+    critical value at R (:func:`kcert.stats.power.critical_z`) decides which buckets count as significant
+    at R, as in the bias gate."""
     layout = acc.layout
     replicates = len(acc.replicate)
     comparable = layout.bitwise_comparable
@@ -31,7 +33,7 @@ def judge_bitwise(acc: OutputAccumulator, early: tuple[int, dict[str, MomentAccu
         reasons.append(f"the growth test needs R >= 256 (z at R/4 from whole blocks of 64), R = {replicates}")
     else:
         early_replicates, moments = early
-        growth = growth_test(moments, acc.moments, early_replicates, replicates, z_star)
+        growth = growth_test(moments, acc.moments, early_replicates, replicates, critical_z(replicates, z_star))
     return BitwiseResult(
         output=layout.name,
         dtype=layout.dtype_name,

@@ -6,10 +6,12 @@ of PASSing (a FAIL stays a FAIL: evidence is evidence at any R) and names the di
 ``too_few_replicates`` with the minimum and why. Every gate's minimum lives here:
 
 - **bias**: the replicates that detect, with the gate's own power (0.8) at its own z* (5), a bias
-  as large as the per-replicate noise (standardized effect rho = 1): ``R >= (z* + z_power)**2``,
-  35 replicates at the defaults; the run then covers a horizon of at least one call (see
-  :func:`kcert.stats.power.horizon_covered`). At R = 2 the gate would need a bias of 4 noise standard
-  deviations, and its |z| follows Student's t with one degree of freedom (a Cauchy tail).
+  as large as the per-replicate noise (standardized effect rho = 1): 47 replicates at the defaults
+  (``(z* + z_power)**2`` = 35 with the normal's tail; z* is a Student t quantile at the run's R, 5.8 at
+  R = 47: :func:`kcert.stats.power.critical_z`); the run then covers a horizon of at least one call (see
+  :func:`kcert.stats.power.horizon_covered`). At R = 8 a bias must be 7 noise standard deviations to be
+  seen with that power, at R = 2 about 785,000 (|z| then follows Student's t with one degree of freedom,
+  a Cauchy tail).
 - **variance**: the tail model needs ``min_exceedances`` excesses (10) over the 0.90 quantile of each
   side's positive errors: ``min_exceedances / (1 - threshold_quantile)`` = 100 replicates at the
   defaults. Below it there is no tail to extrapolate to the horizon, and "prod within one harm unit

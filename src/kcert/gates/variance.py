@@ -245,10 +245,26 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
     confirmation = (half_estimates(a_fit, b_fit, horizon, thresholds.threshold_quantile, thresholds.min_exceedances,
                                    slack=slack, separate_level=thresholds.separate_fail_level)
                     if verdict is Verdict.FAIL else None)
-    if confirmation is not None and min(confirmation) <= thresholds.fail:
+    unconfirmed = confirmation is not None and min(confirmation) <= thresholds.fail
+    # below the minimum the fit rests on lowered thresholds (no tail to extrapolate: gates/minimum.py); a FAIL
+    # on the separate-shapes estimate there extrapolates two free shapes from about ten exceedances each, and
+    # one the halves do not reproduce is not evidence of harm: a float16 decoder layer eager against sdpa
+    # FAILed at R = 32 on A_T = 3.8e3 (halves 0.87, 0.59) and WARNs at R = 1024 with U = 1.15
+    separate = judged == iv.separate_estimate and judged != iv.common_estimate
+    held_at_warn = unconfirmed and screened.too_few and separate
+    if unconfirmed:
         diags += (diagnostic(Code.FAIL_NOT_CONFIRMED, f"A_T = {confirmation[0]:.3g} (even replicates), "
-                                                   f"{confirmation[1]:.3g} (odd)"),)
-    reason = _interval_reason(iv, judged, verdict, horizon, alpha, thresholds, observed, bool(held), paired)
+                                                   f"{confirmation[1]:.3g} (odd)"
+                                                   + (f"; on the separate-shapes estimate with fewer than the "
+                                                      f"{screened.minimum} replicates of a tail model the FAIL is "
+                                                      "held at WARN" if held_at_warn else "")),)
+    if held_at_warn:
+        verdict = Verdict.worst([Verdict.WARN, screened.floor])
+    reason = _interval_reason(iv, judged, Verdict.FAIL if held_at_warn else verdict, horizon, alpha, thresholds,
+                              observed, bool(held), paired)
+    if held_at_warn:
+        reason += (f"; the separate-shapes estimate is above {thresholds.fail:g} but not on half the replicates "
+                   f"({confirmation[0]:.3g} even, {confirmation[1]:.3g} odd): WARN, not FAIL, under the minimum")
     if screened.too_few:
         reason += f"; only {a.size} replicates: a PASS needs {screened.minimum}"
     return _Judged(verdict=verdict, reason=reason, diagnostics=diags, interval=iv, stability=stability,

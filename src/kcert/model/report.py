@@ -11,7 +11,7 @@ import math
 from ..report.html import _COLOURS, _STYLE, _badge, _case
 from ..report.jsonio import to_dict
 from ..verdict import Verdict
-from .results import ModelCertificate, ModuleRow, bias_effect, variance_bound
+from .results import ModelCertificate, ModuleRow, bias_effect, significant_bias, variance_bound
 from .words import few
 
 SCHEMA = "kcert.model/1"
@@ -89,6 +89,7 @@ def row_dict(cert: ModelCertificate, row: ModuleRow) -> dict:
         "direction": row.direction,
         "order": row.order, "verdict": row.verdict.value, "deciding_gate": row.deciding_gate, "figure": row.figure,
         "bias_effect_ulp": None if c is None else _number(bias_effect(c)),
+        "significant_bias_ulp": None if c is None else _number(significant_bias(c)),
         "variance_u": None if c is None else _number(variance_bound(c)),
         "includes": list(cert.failing_descendants(row)) if row.verdict is Verdict.FAIL else [],
         "skipped_reason": row.skipped_reason, "notes": list(row.notes),
@@ -116,12 +117,12 @@ def dumps(certs: list[ModelCertificate]) -> str:
 
 
 def _strip(cert: ModelCertificate, direction: str) -> str:
-    """One cell per module in execution order: its verdict colour, bias effect and U."""
+    """One cell per module in execution order: its verdict colour, significant bias effect and U."""
     e = html.escape
     cells = []
     for row in (r for r in cert.rows if r.direction == direction):
         c = row.certificate
-        effect = None if c is None else bias_effect(c)
+        effect = None if c is None else significant_bias(c)
         u = None if c is None else variance_bound(c)
         text = (f"bias {effect:.2g} ULP" if effect is not None else "") + (f"<br>U {u:.3g}" if u is not None else "")
         title = e(f"{row.names} ({row.kind}): {row.verdict.value}; {row.figure}")

@@ -148,8 +148,9 @@ def ulp_histogram_text(b: BitwiseResult) -> str:
 
 @dataclass(frozen=True)
 class Significance:
-    """The buckets significant at |z| > z* on the bias gate's statistics (raw or sign-aligned mean of prod -
-    ref) and the bias gate's verdict on each: the one count that the bias block and L0 both quote."""
+    """The buckets significant (|z| above the critical value, z* as a Student t quantile at the run's R) on the
+    bias gate's statistics (raw or sign-aligned mean of prod - ref) and the bias gate's verdict on each: the
+    one count that the bias block and L0 both quote."""
 
     significant: int
     fail: int
@@ -158,16 +159,18 @@ class Significance:
     z_star: float
     ulp_floor: float
     shared: int = 0  # of ref_bias: prod's own bias above the floor, but a part of ref's (same sign, no larger)
+    critical: float | None = None  # the |z| significance needed at the run's R (None: z* itself)
 
     @property
     def passed(self) -> int:
         return self.significant - self.fail - self.warn
 
     def text(self) -> str:
-        """``393 buckets significant (|z| > 5 on mean(prod - ref), raw or sign-aligned): 0 FAIL, 0 WARN,
-        393 PASS as ref's own bias (...)``."""
-        head = (f"{self.significant} bucket{'s' * (self.significant != 1)} significant (|z| > {self.z_star:g} on "
-                f"mean(prod - ref), raw or sign-aligned)")
+        """``393 buckets significant (|z| > 5.03 on mean(prod - ref), raw or sign-aligned; z* = 5 at this R):
+        0 FAIL, 0 WARN, 393 PASS as ref's own bias (...)``."""
+        critical = self.z_star if self.critical is None else self.critical
+        head = (f"{self.significant} bucket{'s' * (self.significant != 1)} significant (|z| > {critical:.3g} on "
+                f"mean(prod - ref), raw or sign-aligned; z* = {self.z_star:g} at this R)")
         if not self.significant:
             return head
         parts = [f"{self.fail} FAIL", f"{self.warn} WARN"]
@@ -192,7 +195,8 @@ def significance(b: BiasResult) -> Significance:
     passed = significant & (verdicts == PASS)
     return Significance(int(significant.sum()), int((significant & (verdicts == FAIL)).sum()),
                         int((significant & (verdicts == WARN)).sum()), int((passed & to_ref).sum()),
-                        b.thresholds.z_star, b.thresholds.ulp_floor, int((passed & b.shared_with_ref()).sum()))
+                        b.thresholds.z_star, b.thresholds.ulp_floor, int((passed & b.shared_with_ref()).sum()),
+                        b.critical_z())
 
 
 def reconcile(bw: BitwiseResult, b: BiasResult | None) -> str:
@@ -242,7 +246,7 @@ class BitwiseView:
 def bitwise_view(b: BitwiseResult, bias: BiasResult | None = None) -> BitwiseView:
     compared = b.elements > 0
     g = b.growth
-    growth = None if g is None else GrowthView(g.significant, f"{g.threshold:g}", g.replicates, g.early_replicates,
+    growth = None if g is None else GrowthView(g.significant, f"{g.threshold:.3g}", g.replicates, g.early_replicates,
                                                 fmt(g.median_growth), f"{g.expected:.3g}", f"{g.cut:.3g}")
     return BitwiseView(
         b.output, b.dtype, b.replicates, b.classification, b.reason, compared,

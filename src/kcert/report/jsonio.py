@@ -33,6 +33,7 @@ def _bias(b: BiasResult) -> dict:
             "mean": numbers(t.mean),
             "std": numbers(t.std),
             "z": numbers(t.z),
+            "critical": numbers(t.critical),
             "standardized_effect": numbers(t.standardized_effect),
             "effect_ulp": numbers(t.effect_ulp),
             "prod_bias_ulp": None if t.prod_bias_ulp is None else numbers(t.prod_bias_ulp),

@@ -101,8 +101,8 @@ def bias_effects(result: BiasResult) -> bytes:
         ax = axes[row, 1]
         _style(ax)
         az = np.abs(t.z)
-        cap = float(np.nanmax(az[np.isfinite(az)])) if np.isfinite(az).any() else thr.z_star
-        cap = max(cap, thr.z_star) * 1.5
+        cap = float(np.nanmax(az[np.isfinite(az)])) if np.isfinite(az).any() else result.critical_z()
+        cap = max(cap, result.critical_z()) * 1.5
         inf = ~np.isfinite(az)
         shown = np.where(inf, cap, az)
         o = order[~inf[order]]
@@ -112,8 +112,9 @@ def bias_effects(result: BiasResult) -> bytes:
             ax.scatter(x[oi], shown[oi], c=list(colour[oi]), s=size * 2, marker="^", linewidths=0)
             ax.text(0.99, 0.97, f"▲ |z| = inf (zero variance): {int(inf.sum())}", transform=ax.transAxes,
                     ha="right", va="top", fontsize=8, color="#57606a")
-        ax.axhline(thr.z_star, color=COLOURS["FAIL"], linestyle="--", linewidth=1)
-        ax.text(1.0, thr.z_star, f" z* = {thr.z_star:g}", transform=ax.get_yaxis_transform(), va="center",
+        critical = result.critical_z()
+        ax.axhline(critical, color=COLOURS["FAIL"], linestyle="--", linewidth=1)
+        ax.text(1.0, critical, f" |z| = {critical:.3g}", transform=ax.get_yaxis_transform(), va="center",
                 ha="left", fontsize=8, color=COLOURS["FAIL"], clip_on=False)
         ax.set_yscale("symlog", linthresh=1.0)
         ax.set_ylim(0, cap * 1.3)
@@ -129,7 +130,8 @@ def bias_effects(result: BiasResult) -> bytes:
     handles.insert(1, Line2D([], [], marker="o", linestyle="", color=COLOURS["REF"], label="PASS: ref's own bias"))
     fig.legend(handles=handles, loc="outside upper right", ncols=4, fontsize=8, frameon=False)
     fig.suptitle(f"bias · {result.output}: {result.buckets} buckets, R = {result.replicates}, "
-                 f"FAIL needs |z| > {thr.z_star:g}, |mean|/s > {result.s_min:.3g}, |mean| > {thr.ulp_floor:g} ULP",
+                 f"FAIL needs |z| > {result.critical_z():.3g} (z* = {thr.z_star:g} at this R), "
+                 f"|mean|/s > {result.s_min:.3g}, |mean| > {thr.ulp_floor:g} ULP",
                  fontsize=10, x=0.01, ha="left")
     return _png(fig)
 

@@ -36,7 +36,8 @@ def _gates(cert: Certificate) -> Table:
 
 
 def _bias(b: BiasResult, limit: int) -> Group:
-    title = (f"bias · {b.output} ({b.dtype}) · R = {b.replicates} · z* = {b.thresholds.z_star:g}, "
+    title = (f"bias · {b.output} ({b.dtype}) · R = {b.replicates} · z* = {b.thresholds.z_star:g} "
+             f"(|z| > {b.critical_z():.3g} at this R), "
              f"c = {b.thresholds.ulp_floor:g} ULP, s_min = {b.s_min:.3g} · FWER <= {b.familywise_error_bound:.2g} "
              f"over {b.buckets} buckets x {len(b.tests)} statistics")
     findings = b.findings(limit=limit)
@@ -117,7 +118,7 @@ def _bitwise(v: BitwiseView) -> Group:
         if g.significant:
             lines.append(Text(
                 f"growth: {g.significant} buckets significant at R = {g.replicates} (|z| > {g.threshold} on "
-                f"mean(prod - ref), raw or sign-aligned: the bias gate's statistics and z*); median "
+                f"mean(prod - ref), raw or sign-aligned: the bias gate's statistics and critical value); median "
                 f"z(R) / z({g.early_replicates}) = {g.median_growth} (a coherent difference ~ {g.expected}, "
                 f"grows above {g.cut})"))
         else:

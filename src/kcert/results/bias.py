@@ -122,9 +122,16 @@ class BiasResult:
         return np.max(np.stack([t.verdict for t in self.tests]), axis=0) if self.tests else np.zeros(0, np.int8)
 
     def significant_buckets(self) -> np.ndarray:
-        """Per bucket: whether any statistic's |z| exceeds ``thresholds.z_star`` (a zero-variance z of NaN
-        counts as 0)."""
-        return np.logical_or.reduce([np.abs(np.nan_to_num(t.z)) > self.thresholds.z_star for t in self.tests])
+        """Per bucket: whether any statistic's |z| exceeds its critical value (``BucketTestResult.critical``:
+        z* as a Student t quantile at the bucket's replicates; a zero-variance z of NaN counts as 0)."""
+        return np.logical_or.reduce([t.significant for t in self.tests])
+
+    def critical_z(self) -> float:
+        """The largest finite critical |z| over the tested buckets (the one at the fewest replicates), or z*
+        when none was tested: what the reports quote beside z*."""
+        values = [t.critical[np.isfinite(t.critical)] for t in self.tests]
+        values = [v for v in values if v.size]
+        return float(max(v.max() for v in values)) if values else float(self.thresholds.z_star)
 
     def attributed_to_ref(self) -> np.ndarray:
         """Per bucket: whether any statistic's PASS was attributed to ref's own bias (prod within the floor,

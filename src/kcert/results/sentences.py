@@ -29,8 +29,8 @@ def bias_sentence(b: BiasResult) -> str:
             f"effect {f.standardized_effect:.3g} sd; {f.reason}"
         )
         parts.append(
-            f"allowed: |z| <= {b.thresholds.z_star:g} or |mean| <= {b.thresholds.ulp_floor:g} ULP "
-            f"or |mean|/s <= {b.s_min:.3g}"
+            f"allowed: |z| <= {b.critical_z():.3g} (z* = {b.thresholds.z_star:g} at this R) or "
+            f"|mean| <= {b.thresholds.ulp_floor:g} ULP or |mean|/s <= {b.s_min:.3g}"
         )
     return "; ".join(parts)
 

@@ -5,6 +5,13 @@ the bucket's true ULP, and optionally the biases of prod and ref against the flo
 for attribution (docs/method.md, "Gate 2"). Output: z, standardized effect, effect in ULP and a
 verdict per bucket.
 
+Significance: |z| above the critical value of :func:`kcert.stats.power.critical_z`, the Student t(n - 1)
+quantile (n: the bucket's replicates) whose two-sided tail is the normal's at z*, so a bucket's false
+signal rate is 2 Phi(-z*) at every R (z divides by the sample sd: beyond z* itself it is 1.18x that rate
+at R = 1024 and 2700x at R = 8). "|z| > z*" below means |z| above that critical value. A zero-spread
+bucket (|z| infinite) is significant from :func:`kcert.stats.power.constant_run_minimum` replicates on (22 at
+z* = 5): below it a constant run is a chance a sign test cannot reject.
+
 Rules, per bucket and statistic:
 - FAIL when |z| > z*, |mean|/s > s_min and |mean| > c * ulp, and prod's own bias against the
   oracle is above the ULP floor too (the bias is not ref's alone);
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .power import constant_run_minimum, critical_z
 from .thresholds import REPORT_RULES, BiasThresholds  # noqa: F401  (their home before kcert.stats.thresholds)
 
 PASS, WARN, FAIL = 0, 1, 2
@@ -84,6 +92,12 @@ class BucketTestResult:
     ref_bias_ulp: np.ndarray | None
     verdict: np.ndarray
     reason: np.ndarray
+    critical: np.ndarray  # per bucket: the |z| its significance needs (Student t at its count; inf untested)
+
+    @property
+    def significant(self) -> np.ndarray:
+        """Per bucket: |z| above its critical value (a NaN z counts as 0)."""
+        return np.abs(np.nan_to_num(self.z)) > self.critical
 
     @property
     def tested(self) -> int:
@@ -125,7 +139,11 @@ def judge_buckets(
     z = np.where(tested, z, 0.0)
     rho = np.where(tested, rho, 0.0)
 
-    significant = tested & (np.abs(z) > thresholds.z_star)
+    critical = critical_z(count, thresholds.z_star)
+    # a constant non-zero difference has no spread to scale by: at small R it is significant only where a run
+    # of one sign that long is as rare as the stated rate (power.constant_run_minimum)
+    critical = np.where(zero_var & (mean != 0) & (count < constant_run_minimum(thresholds.z_star)), np.inf, critical)
+    significant = tested & (np.abs(z) > critical)
     above_effect = rho > thresholds.s_min(horizon)
     above_ulp = effect_ulp > thresholds.ulp_floor
     prod_bias_ulp = ref_bias_ulp = None
@@ -138,9 +156,10 @@ def judge_buckets(
             ref_bias_ulp = np.asarray(ref_bias, np.float64) / ulp
         prod_clear = np.abs(prod_bias_ulp) <= thresholds.ulp_floor
         # the bias is not prod's when prod's own bias is no larger than ref's, not significant by
-        # itself, or negligible (a quarter of the floor: the rounding bias correct kernels show)
+        # itself (at the bucket's critical value: the oracle rows hold at most its replicates), or
+        # negligible (a quarter of the floor: the rounding bias correct kernels show)
         own_insignificant = (np.zeros_like(prod_clear) if prod_bias_z is None
-                             else np.abs(np.asarray(prod_bias_z, np.float64)) <= thresholds.z_star)
+                             else np.abs(np.asarray(prod_bias_z, np.float64)) <= critical)
         negligible = np.abs(prod_bias_ulp) <= thresholds.negligible_fraction * thresholds.ulp_floor
         no_larger = np.abs(prod_bias_ulp) <= np.abs(ref_bias_ulp)
         prod_no_worse = prod_clear & (no_larger | own_insignificant | negligible)
@@ -176,6 +195,7 @@ def judge_buckets(
         ref_bias_ulp=ref_bias_ulp,
         verdict=verdict,
         reason=reason,
+        critical=np.asarray(critical, np.float64).reshape(mean.shape),
     )
 
 
@@ -187,7 +207,7 @@ def attribution_z(count, mean, std):
     test sets z = 0 below two replicates (an untested bucket) and calls a spread within 1e-12 of the mean
     zero (z = +-inf); here a spread of exactly 0 is zero and std is nan below two replicates. On every
     input a run can produce (count >= 2 with a finite mean and spread, or count < 2 with a nan spread)
-    only ``|z| <= z*`` is used, and the two agree on it except in one case: a bucket whose oracle rows
+    only ``|z| <= critical`` is used, and the two agree on it except in one case: a bucket whose oracle rows
     hold exactly one replicate with a non-zero mean (the oracle non-finite in the bucket's other
     replicates while prod and ref are finite). There this rule calls prod's own bias significant and the
     bucket test's would call it insignificant, which would attribute more biases to ref and could turn a

@@ -107,7 +107,7 @@ class GrowthTest:
 
     early_replicates: int
     replicates: int
-    threshold: float  # |z| at R above which a bucket counts as significant (the bias gate's z*)
+    threshold: float  # |z| at R above which a bucket counts as significant (the bias gate's critical value at R)
     statistics: tuple[str, ...]
     z_early: tuple[np.ndarray, ...]  # per statistic, per bucket
     z_final: tuple[np.ndarray, ...]

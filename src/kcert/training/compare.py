@@ -75,7 +75,7 @@ def _summary(cert) -> CertificateSummary | None:
         b = cert.bias[0]
         test = next((t for t in b.tests if t.statistic == "sign_aligned"), None)
         if test is not None:
-            significant = int(np.sum(np.abs(test.z) > b.thresholds.z_star))
+            significant = int(np.sum(test.significant))
     findings = sum(b.count(Verdict.FAIL) + b.count(Verdict.WARN) for b in cert.bias)
     return CertificateSummary(verdict=cert.verdict.value, gates={g: v.value for g, v in cert.gates.items()},
                               replicates=cert.provenance.replicates, seed=cert.provenance.seed,
@@ -95,7 +95,7 @@ def _channel_bias(slot: Slot, cert, case_seed: int) -> pred.ChannelBias | str:
         return "the certificate was made without the sign-aligned statistic"
     with np.errstate(divide="ignore", invalid="ignore"):
         delta = np.where(b.reference_magnitude > 0, test.mean / b.reference_magnitude, 0.0)
-    significant = np.abs(test.z) > b.thresholds.z_star
+    significant = test.significant
     sensitivity = gain_sensitivity(slot, case_seed)
     if delta.shape != sensitivity.shape:
         return (f"the certificate's output {b.output!r} has {delta.size} buckets, the norm's gain "

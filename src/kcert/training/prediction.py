@@ -39,7 +39,7 @@ class ChannelBias:
     """What the certificate says per case channel, for the norm's gain."""
 
     relative_error: np.ndarray  # delta_g = A_g / M_g (sign-aligned mean over mean |ref|)
-    significant: np.ndarray  # bool: |z| > z* on the sign-aligned statistic
+    significant: np.ndarray  # bool: |z| above its critical value (z* at the R) on the sign-aligned statistic
     sensitivity: np.ndarray  # r_g = d log|y_g| / d w_g at the case's weights
     z_star: float
     output: str
