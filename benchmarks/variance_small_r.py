@@ -39,7 +39,7 @@ from scipy import stats
 
 from tail_coverage import DATA, LAWS, MISMATCH, SCALE, T, true_ratio
 from kcert.diagnostics import Code
-from kcert.gates.variance import judge_errors
+from kcert.gates.variance import judge_errors, on_separate_shapes
 from kcert.stats.thresholds import VarianceThresholds
 from kcert.verdict import Verdict
 
@@ -71,8 +71,7 @@ def separate_unconfirmed(a, b) -> tuple[bool, bool]:
     v = judge_errors(a, b, T, VarianceThresholds(bootstrap=2))
     fail = v.verdict is Verdict.FAIL
     unconfirmed = v.confirmation is not None and min(v.confirmation) <= v.thresholds.fail
-    separate = v.interval is not None and v.fail_estimate == v.interval.separate_estimate \
-        and v.fail_estimate != v.interval.common_estimate
+    separate = v.interval is not None and on_separate_shapes(v.fail_estimate, v.interval)
     return fail, fail and not (unconfirmed and separate)
 
 

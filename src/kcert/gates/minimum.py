@@ -22,6 +22,8 @@ The algebra gate does not run replicates: its identity test draws a fixed number
 
 from __future__ import annotations
 
+import functools
+
 from ..diagnostics import Code, Diagnostic, diagnostic
 from ..stats import power
 from ..verdict import Verdict
@@ -29,6 +31,7 @@ from ..verdict import Verdict
 BIAS_REFERENCE_EFFECT = 1.0  # rho the bias gate must be able to see before it may PASS
 
 
+@functools.lru_cache(maxsize=16)  # asked for every output at every look; a search over the critical value
 def bias_minimum(z_star: float, power_level: float) -> int:
     """Replicates behind a bias PASS: ``rho = BIAS_REFERENCE_EFFECT`` detected with ``power_level`` at ``z_star``."""
     return power.replicates_needed(BIAS_REFERENCE_EFFECT ** -2, z_star, power_level)

@@ -252,8 +252,7 @@ def _judge_tails(a: np.ndarray, b: np.ndarray, horizon: float, thresholds: Varia
     # FAILed at R = 32 on A_T = 3.8e3 (halves 0.87, 0.59) and WARNs at R = 1024 with U = 1.15. Not at R >= the
     # minimum: there a real heavier shape's FAILs are unconfirmed (GPD xi = 0.4 against exponential, true
     # A_T ~ 39: all 32 FAILs of 150 runs at R = 1024), and holding them would leave it no FAIL
-    separate = judged == iv.separate_estimate and judged != iv.common_estimate
-    held_at_warn = unconfirmed and separate and screened.too_few
+    held_at_warn = unconfirmed and on_separate_shapes(judged, iv) and screened.too_few
     if unconfirmed:
         diags += (diagnostic(Code.FAIL_NOT_CONFIRMED, f"A_T = {confirmation[0]:.3g} (even replicates), "
                                                    f"{confirmation[1]:.3g} (odd)"
@@ -432,6 +431,12 @@ def fail_estimate(iv, thresholds: VarianceThresholds) -> float:
     h = iv.heterogeneity
     strong = h is not None and h.shape_prod > h.shape_ref and h.p_value < thresholds.separate_fail_level
     return iv.separate_estimate if strong else iv.common_estimate
+
+
+def on_separate_shapes(estimate: float, iv) -> bool:
+    """Whether ``estimate`` (the one the FAIL line judged, :func:`fail_estimate`) is the separate-shapes
+    estimate, not the common-shape one."""
+    return estimate == iv.separate_estimate and estimate != iv.common_estimate
 
 
 def _report_fit(k: np.ndarray, horizon: float, thresholds: VarianceThresholds, seed: int):
