@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+import host
 import kcert
 import model_zoo
 
@@ -191,7 +192,9 @@ def _measure(args, comm) -> None:
     out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__, "ranks": comm.world,
            "backward": args.backward,
            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-           "threads": torch.get_num_threads(), "load_average": load, "model": runs, "single": single}
+           "threads": torch.get_num_threads(), "load_average": load, "host": host.describe(), "model": runs,
+           "single": single}
+    print(host.line(out["host"]))
     s = single
     for label, m in runs.items():
         fwd, bwd = m["by_direction_s"]["forward"], m["by_direction_s"]["backward"]

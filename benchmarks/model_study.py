@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+import host
 import kcert
 import model_zoo
 
@@ -47,7 +48,8 @@ def _ancestor_or_self(parent: str, child: str) -> bool:
 def row_record(row) -> dict:
     return {"module": row.module, "kind": row.kind, "prod_kind": row.prod_kind, "direction": row.direction,
             "order": row.order, "verdict": row.verdict.value, "gate": row.deciding_gate, "figure": row.figure,
-            "skipped": row.skipped_reason}
+            "skipped": row.skipped_reason,
+            "replicates": row.certificate.provenance.replicates if row.certificate is not None else None}
 
 
 def _commit() -> str | None:
@@ -78,7 +80,7 @@ def run_pair(p: model_zoo.Pair, replicates: int, backward: bool, max_replicates:
     return {"pair": p.name, "arch": p.arch, "kind": p.kind, "half": p.half, "injected": p.module,
             "backward_only": p.backward_only, "source": p.source, "what": p.what, "replicates": replicates,
             "max_replicates": max_replicates, "backward": backward, "commit": _commit(),
-            "seed": SEED, "wall_s": wall, "verdict": cert.verdict.value,
+            "seed": SEED, "wall_s": wall, "host": host.describe(), "verdict": cert.verdict.value,
             "first_failure": None if first is None else {"module": first.module, "direction": first.direction},
             "unmatched": [list(u) for u in cert.unmatched], "rows": [row_record(r) for r in cert.rows]}
 
