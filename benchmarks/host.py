@@ -13,19 +13,9 @@ import time
 
 import torch
 
-from kcert.execution.environment import cpu_model
+from kcert.execution.environment import cpu_capability, cpu_flags, cpu_model
 
-FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
 PRODUCT_SHAPES = ((128, 256), (256, 256))
-
-
-def _flags() -> list[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            present = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return []
-    return [flag for flag in FLAGS if flag in present]
 
 
 def product_ms(dtype: torch.dtype, repeats: int = 200) -> float:
@@ -48,14 +38,15 @@ def product_ms(dtype: torch.dtype, repeats: int = 200) -> float:
 
 
 def describe() -> dict:
-    return {"cpu": cpu_model(), "flags": _flags(),
+    return {"cpu": cpu_model(), "flags": cpu_flags(), "cpu_capability": cpu_capability(),
             "product_ms": {str(d).removeprefix("torch."): round(product_ms(d), 4)
                            for d in (torch.bfloat16, torch.float32, torch.float64)}}
 
 
 def line(host: dict) -> str:
     ms = host["product_ms"]
-    return (f"host: {host['cpu']} ({', '.join(host['flags']) or 'no AVX2'}); a (128, 256) x (256, 256) product: "
+    return (f"host: {host['cpu']} ({', '.join(host['flags']) or 'no AVX2'}; torch's kernels "
+            f"{host.get('cpu_capability', '?')}); a (128, 256) x (256, 256) product: "
             f"bf16 {ms['bfloat16']:.3f} ms, float32 {ms['float32']:.3f} ms, float64 {ms['float64']:.3f} ms")
 
 

@@ -54,6 +54,39 @@ def test_interrupted_run_resumes_to_the_same_certificate(tmp_path, uninterrupted
     assert report(again) == uninterrupted and calls == []
 
 
+def test_a_run_resumed_on_other_arithmetic_says_which_replicates_ran_where(tmp_path, uninterrupted, monkeypatch):
+    path = tmp_path / "run.npz"
+    with pytest.raises(KeyboardInterrupt):
+        kcert.certify(make_case(), R, seed=SEED, max_replicates=M, checkpoint=path, progress=interrupt_at(64))
+    with np.load(path, allow_pickle=False) as data:
+        first, = json.loads(str(data["meta"]))["hosts"]
+    assert first["from"] == 0 and first["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    # the same run resumed where ATen dispatches to another instruction set (another node of a cluster)
+    other = {**{k: v for k, v in first.items() if k != "from"}, "cpu_capability": "OTHER"}
+    monkeypatch.setattr("kcert.core.arithmetic", lambda device: other)
+    resumed = kcert.certify(make_case(), R, seed=SEED, max_replicates=M, checkpoint=path, resume=True)
+    assert resumed.provenance.resumed["hosts"] == [first, {"from": 64, **other}]
+    note, = [n for n in resumed.notes if n.startswith("resumed on other arithmetic")]
+    assert "replicates 0-63 on " in note and "replicates 64-199 on " in note and "cpu_capability OTHER" in note
+    assert report(resumed) != uninterrupted  # the note: this certificate is not one host's
+    without = [n for n in resumed.notes if n != note]
+    assert {**report(resumed), "notes": without} == {**uninterrupted, "notes": without}  # the numbers are
+    with np.load(path, allow_pickle=False) as data:  # the file keeps both, for a third resume
+        assert json.loads(str(data["meta"]))["hosts"] == [first, {"from": 64, **other}]
+
+
+def test_a_checkpoint_without_hosts_resumes_as_from_a_host_not_recorded():
+    from kcert.execution.checkpoint import continue_hosts, hosts_note
+    now = {"cpu": "x", "cpu_capability": "AVX2"}
+    assert continue_hosts(None, 0, now) == [{"from": 0, **now}]
+    assert continue_hosts([{"from": 0, **now}], 64, now) == [{"from": 0, **now}]
+    hosts = continue_hosts(None, 64, now)
+    assert hosts == [{"from": 0, "host": "not recorded"}, {"from": 64, **now}]
+    assert hosts_note(hosts, 100).startswith("resumed on other arithmetic: replicates 0-63 on host not recorded; "
+                                             "replicates 64-99 on cpu x, cpu_capability AVX2.")
+    assert hosts_note(hosts[1:], 100) is None
+
+
 def test_kernel_error_keeps_what_was_computed(tmp_path, uninterrupted):
     # the same kernel, which loses its device once (the call counter is state, not definition: an
     # itertools.count is not part of the fingerprint, so the resumed run is accepted)

@@ -11,6 +11,12 @@ them and is refused rather than resumed to a certificate with an incomplete L0 l
 ``fingerprint.kernels`` (:mod:`kcert.execution.fingerprint`: the kernels' code, closures, globals,
 module parameters, Fixed values, Custom and Labels functions, Python/torch/numpy versions): a run
 whose kernels changed since the checkpoint was written is refused, naming what changed.
+
+The meta also lists the ``hosts`` the replicates ran on (:func:`continue_hosts`: from which replicate on, the
+host's :func:`~kcert.execution.environment.arithmetic`). A run resumed on another CPU or GPU is not refused
+(each replicate compares ref and prod on one host, and refusing would lose the work), but its certificate
+says which replicates ran where (:func:`hosts_note`): it cannot be reproduced on one host. Files written
+before the list existed resume as from a host not recorded.
 """
 
 from __future__ import annotations
@@ -57,11 +63,39 @@ def fingerprint(case, seed: int, replicates: int, max_replicates: int, horizon: 
 
 
 # -- files -------------------------------------------------------------------------------------
-def snapshot(runner: Runner, fp: dict, looks: list[int], target: int) -> tuple[dict, dict[str, np.ndarray]]:
-    """The runner's consistent state as (meta, arrays)."""
+def snapshot(runner: Runner, fp: dict, looks: list[int], target: int,
+             hosts: list[dict] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """The runner's consistent state as (meta, arrays); ``hosts``: :func:`continue_hosts`'s list."""
     state, arrays = codec.encode_state(runner.state())
     meta = {"format": FORMAT, "fingerprint": fp, "looks": [int(x) for x in looks], "target": int(target), **state}
+    if hosts is not None:
+        meta["hosts"] = hosts
     return meta, arrays
+
+
+NOT_RECORDED = {"host": "not recorded"}
+
+
+def continue_hosts(saved: list[dict] | None, done: int, now: dict) -> list[dict]:
+    """The hosts a run's replicates ran on, each ``{"from": first replicate, **arithmetic}``, continued by
+    ``now`` from replicate ``done`` when it differs from the last. ``saved``: the checkpoint's list (None
+    for a fresh run, or a file that predates the list)."""
+    hosts = [dict(h) for h in saved] if saved else ([{"from": 0, **NOT_RECORDED}] if done else [])
+    last = {k: v for k, v in hosts[-1].items() if k != "from"} if hosts else None
+    if last != now:
+        hosts.append({"from": int(done), **now})
+    return hosts
+
+
+def hosts_note(hosts: list[dict] | None, replicates: int) -> str | None:
+    """A certificate's note when its replicates ran on more than one host's arithmetic; else None."""
+    if not hosts or len(hosts) < 2:
+        return None
+    ends = [h["from"] for h in hosts[1:]] + [replicates]
+    parts = [f"replicates {h['from']}-{end - 1} on " + ", ".join(f"{k} {v}" for k, v in h.items() if k != "from")
+             for h, end in zip(hosts, ends) if end > h["from"]]
+    return ("resumed on other arithmetic: " + "; ".join(parts) + ". Each replicate compares ref and prod on one "
+            "host, but the statistics pool hosts that may round differently: rerun on one host to reproduce it")
 
 
 def write(path: str | os.PathLike, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -137,8 +171,8 @@ def load(path, expected: dict) -> tuple[dict, dict[str, np.ndarray]]:
     return meta, arrays
 
 
-def save(path, runner: Runner, fp: dict, looks: list[int], target: int) -> None:
-    meta, arrays = snapshot(runner, fp, looks, target)
+def save(path, runner: Runner, fp: dict, looks: list[int], target: int, hosts: list[dict] | None = None) -> None:
+    meta, arrays = snapshot(runner, fp, looks, target, hosts)
     write(path, meta, arrays)
 
 
@@ -150,4 +184,5 @@ def from_wire(payload: Any) -> tuple[dict, dict[str, np.ndarray]]:
     return meta, arrays
 
 
-__all__ = ["CheckpointError", "FORMAT", "fingerprint", "load", "restore", "save", "snapshot", "write", "read"]
+__all__ = ["CheckpointError", "FORMAT", "continue_hosts", "fingerprint", "hosts_note", "load", "restore", "save",
+           "snapshot", "write", "read"]

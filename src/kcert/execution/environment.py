@@ -30,11 +30,47 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# the CPU's instruction sets that decide which arithmetic a bf16/half product or a reduction runs (AMX tiles,
+# AVX-512 bf16 dot products, FMA): two hosts that differ here can round the same kernel differently
+NUMERIC_FLAGS = ("amx_bf16", "amx_fp16", "avx512_bf16", "avx512_fp16", "avx512f", "avx2", "fma")
+
+
+def cpu_flags() -> list[str]:
+    """Which of :data:`NUMERIC_FLAGS` this CPU has (Linux's /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            present = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [flag for flag in NUMERIC_FLAGS if flag in present]
+
+
+def cpu_capability() -> str:
+    """The instruction set ATen's CPU kernels were dispatched to (``torch.backends.cpu``)."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        return "unknown"
+
+
+def arithmetic(device: torch.device) -> dict:
+    """What decides the rounding of the same kernel on the same inputs beyond the code: torch's version, the
+    CPU and the instruction set its kernels run, and the GPU on CUDA. A run resumed where this differs mixes
+    two hosts' replicates (:func:`kcert.execution.checkpoint.hosts_note`)."""
+    found = {"torch": torch.__version__, "cpu": cpu_model(), "cpu_capability": cpu_capability()}
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        found["gpu"] = torch.cuda.get_device_name(index)
+    return found
+
+
 def describe_environment(device: torch.device) -> dict:
     env = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu": cpu_model(),
+        "cpu_capability": cpu_capability(),
+        "cpu_flags": cpu_flags(),
         "torch_threads": torch.get_num_threads(),
         # triton and transformers: the numerics of the Triton kernels and Hugging Face modules certified
         "versions": {"kcert": __version__, **{p: _version(p) for p in ("torch", "numpy", "scipy", "rich", "numba",

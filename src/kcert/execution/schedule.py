@@ -38,6 +38,7 @@ class Saver:
     seconds: float = 300.0
     looks: list[int] = field(default_factory=list)
     target: int = 0
+    hosts: list[dict] | None = None  # checkpoint.continue_hosts's list, written with the state
 
     def __post_init__(self) -> None:
         self._last_done = self.runner.done
@@ -46,7 +47,7 @@ class Saver:
     def save(self) -> None:
         if self.path is None or self.comm.rank != 0:
             return
-        checkpoint.save(self.path, self.runner, self.fingerprint, self.looks, self.target)
+        checkpoint.save(self.path, self.runner, self.fingerprint, self.looks, self.target, self.hosts)
         self._last_done, self._last_time = self.runner.done, time.monotonic()
 
     def maybe(self) -> None:
@@ -56,9 +57,9 @@ class Saver:
             self.save()
 
 
-def resume(path: str, fingerprint: dict, runner: Runner, comm) -> tuple[list[int], int]:
+def resume(path: str, fingerprint: dict, runner: Runner, comm) -> tuple[list[int], int, list[dict] | None]:
     """Load the checkpoint (rank 0 reads it and sends it to the other ranks) into ``runner``;
-    returns (looks done, target of the look in progress)."""
+    returns (looks done, target of the look in progress, the hosts its replicates ran on)."""
     payload = None
     if comm.rank == 0:
         try:
@@ -66,7 +67,9 @@ def resume(path: str, fingerprint: dict, runner: Runner, comm) -> tuple[list[int
         except CheckpointError as exc:
             payload = str(exc)
     meta, arrays = checkpoint.from_wire(comm.broadcast(payload))
-    return checkpoint.restore(runner, meta, arrays)
+    looks, target = checkpoint.restore(runner, meta, arrays)
+    hosts = meta.get("hosts")
+    return looks, target, hosts if isinstance(hosts, list) else None
 
 
 @dataclass(frozen=True)

@@ -308,7 +308,8 @@ def _probe_and_provenance(cert: Certificate) -> str:
              "wall time": timing_text(p),
              "software": ", ".join(f"{k} {v}" for k, v in versions.items()),
              "reduction": env.get("reduction", "torch"),
-             "platform": f"{env.get('platform', '-')} ({env.get('cpu', '-')})"}
+             "platform": f"{env.get('platform', '-')} ({env.get('cpu', '-')}"
+                         + (f", {env['cpu_capability']})" if env.get("cpu_capability") else ")")}
     parts.append("<table>" + "".join(f"<tr><th>{k}</th><td>{e(str(v))}</td></tr>" for k, v in facts.items())
                  + "</table>")
     parts.extend(f"<p>note: {e(note)}</p>" for note in cert.notes)

@@ -212,11 +212,16 @@ def render(cert: Certificate, console: Console, findings: int = 10) -> None:
     body.append(Text(f"reproduce: {p.command}", style="bold"))
     body.append(Text(
         f"seed {p.seed} · R = {p.replicates} (max {p.max_replicates}) · dtype {p.dtype} · device {p.device} "
-        f"({env.get('gpu', env['cpu'])}) · {versions} · reduction {env.get('reduction', 'torch')} · {p.date} · "
+        f"({env.get('gpu') or _cpu(env)}) · {versions} · reduction {env.get('reduction', 'torch')} · {p.date} · "
         f"{timing_text(p)}",
         style="dim",
     ))
     console.print(Panel(Group(*body), title=head, title_align="left", border_style=STYLE[cert.verdict]))
+
+
+def _cpu(env: dict) -> str:
+    """The CPU and the instruction set its kernels ran (reports before kcert recorded it: the CPU alone)."""
+    return env["cpu"] + (f", {env['cpu_capability']}" if env.get("cpu_capability") else "")
 
 
 def render_line(cert: Certificate, console: Console) -> None:
