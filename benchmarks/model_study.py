@@ -155,12 +155,20 @@ def markdown(records: list[dict], pending: list[model_zoo.Pair]) -> str:
             f"{loc} | {_cell([x for x in mod_rows if x['verdict'] == 'FAIL'])} | "
             f"{_cell([x for x in mod_rows if x['verdict'] == 'WARN'], len(mod_rows))} | {e2e} | {len(mod_rows)} "
             f"({j['skipped_rows']} skipped) | {r['replicates']} ({r.get('max_replicates') or 4 * r['replicates']}) | "
-            f"{'yes' if r.get('backward', True) else 'no'} | {r['wall_s']:.0f} s | "
+            f"{'yes' if r.get('backward', True) else 'no'} | {_wall(r)} | "
             f"{'met' if j['met'] else 'MISSED: ' + j['why']} |")
     lines.append("")
     lines.append("Directions: f forward, b backward. A FAIL of an ancestor of the injected module is allowed "
                  "(it includes the module).")
     return "\n".join(lines) + "\n"
+
+
+def _wall(rec: dict) -> str:
+    """The wall time, the engine's commit and, where recorded, the host's bf16 product time (benchmarks/host.py):
+    the records of one table may come from several engines and hosts."""
+    ms = (rec.get("host") or {}).get("product_ms", {}).get("bfloat16")
+    said = [x for x in (rec.get("commit"), None if ms is None else f"bf16 {ms:.3g} ms") if x]
+    return f"{rec['wall_s']:.0f} s" + (f" ({', '.join(said)})" if said else "")
 
 
 def markers(name: str = "model_study") -> tuple[str, str]:
