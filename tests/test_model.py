@@ -149,6 +149,38 @@ def test_a_backward_row_resumes_from_its_checkpoint(tmp_path):
     assert all(r.certificate.provenance.resumed for r in again.rows)
 
 
+class _ReadsStorage:
+    """A module as an extension or a compiled kernel looks to kcert: it reads raw storage, which real mode
+    refuses, so its algebra test is the precision ladder's."""
+
+    def forward(self, x):
+        x.untyped_storage()
+        return super().forward(x)
+
+
+class OpaqueNorm(_ReadsStorage, Norm):
+    pass
+
+
+class OpaqueEpsOutside(_ReadsStorage, EpsOutside):
+    pass
+
+
+@pytest.mark.parametrize("cls, verdict", [(OpaqueNorm, Verdict.PASS), (OpaqueEpsOutside, Verdict.FAIL)])
+def test_a_module_real_mode_cannot_run_gets_an_algebra_test_at_a_finer_rung(cls, verdict):
+    # the recorded activations and the weights are upcast to the ladder's float32 and float64 rungs, where the
+    # module computes; kept in bfloat16 there, every finer rung returned bfloat16 and was refused ("no algebra
+    # test finer than the bias and variance gates"), forward and backward
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", cls)
+    cert = kcert.certify_model(ref, prod, INPUTS, modules=kcert.Modules(names=("layers.0.norm1",)),
+                               end_to_end=False, **FAST)
+    for direction in ("forward", "backward"):
+        algebra = cert.row("layers.0.norm1", direction).certificate.algebra
+        assert "rungs: bfloat16 (accepted), float32 (accepted), float64 (accepted)" in algebra.reason, algebra.reason
+        assert algebra.verdict is verdict, (direction, algebra.reason)
+
+
 def test_a_compiled_submodule_is_matched_and_called_compiled():
     ref = tiny()
     prod = swapped(ref, "layers.0.norm1", EpsOutside)

@@ -45,6 +45,10 @@ class Probe:
     floating probes (rounded to the case dtype by the runner) or a tensor kept as it is."""
 
     rounds_to_case_dtype: bool = True
+    # a value kept in its own dtype that the precision ladder still hands to a finer rung, upcast (exact: every
+    # rung and the oracle see the same real values): a model module's recorded activations and weights, which
+    # a kernel computes from at its inputs' precision (docs/method.md, "The precision ladder")
+    follows_ladder_rungs: bool = False
 
     def sample(self, generator: torch.Generator, device: torch.device, precision: torch.dtype):
         raise NotImplementedError

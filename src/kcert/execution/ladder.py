@@ -14,7 +14,9 @@ floor?) is pure statistics, in :mod:`kcert.stats.ladder`, applied by gates/algeb
 - **Probe points.** The algebra stream's draws (the identity test's points: ``points`` from the
   probe and ``wide_points`` widened), rounded to every accepted low-precision format in turn, so
   each value is exactly representable at every rung: every rung and the oracle see the same real
-  inputs. ``Fixed`` and integer probes are passed as they are at every rung; weights are the
+  inputs. ``Fixed`` and integer probes are passed as they are at every rung, except a probe that
+  ``follows_ladder_rungs`` (a model module's recorded activations and weights), upcast to a float32 or
+  float64 rung finer than its own dtype (exact, so the oracle's copy is the same value); weights are the
   run's weights rounded the same way.
 - **Errors.** Per output, rung and point, ``max|out - oracle| / max|oracle|`` (the identity test's
   relative discrepancy) for prod and, where ref runs at that rung, for ref, and the paired difference
@@ -119,18 +121,38 @@ def _draw_points(case: Case, seed: int, device, plan: probes.PointPlan):
         for name, probe in case.inputs.items():
             p = probe.widened(widen) if widen != 1.0 else probe
             p = p.scaled(scale) if scale != 1.0 else p
-            values[name] = (probe.rounds_to_case_dtype, p.sample(g, device, precision))
+            values[name] = (_handling(probe), p.sample(g, device, precision))
         out.append(values)
     return out
 
 
+ROUNDS, FOLLOWS, KEPT = "rounds", "follows", "kept"  # how a probe's value reaches a rung
+
+
+def _handling(probe) -> str:
+    if probe.rounds_to_case_dtype:
+        return ROUNDS
+    return FOLLOWS if probe.follows_ladder_rungs else KEPT
+
+
+def _upcast(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``value`` at rung ``dtype`` when that holds every value of its own dtype exactly (float32 and float64
+    hold bfloat16 and float16, float64 holds float32); as it is otherwise."""
+    if (value.is_floating_point() and dtype in (torch.float32, torch.float64) and value.dtype in _SIGNIFICAND_BITS
+            and _SIGNIFICAND_BITS[value.dtype] < _SIGNIFICAND_BITS[dtype]):
+        return value.to(dtype)
+    return value
+
+
 def _at_rung(point: dict, weights: dict, dtype: torch.dtype, formats: Sequence[torch.dtype]):
-    """Keyword arguments at one rung: drawn floating values on the common grid, in ``dtype``; the rest
-    as drawn (Fixed tensors in their own dtype, integers)."""
+    """Keyword arguments at one rung: drawn floating values on the common grid, in ``dtype``; values that
+    follow the rungs upcast to it; the rest as drawn (Fixed tensors in their own dtype, integers)."""
     kwargs = {}
-    for name, (rounds, value) in {**point, **weights}.items():
-        if rounds and value.is_floating_point():
+    for name, (handling, value) in {**point, **weights}.items():
+        if handling == ROUNDS and value.is_floating_point():
             kwargs[name] = _grid_round(value, formats).to(dtype)
+        elif handling == FOLLOWS:
+            kwargs[name] = _upcast(value, dtype)
         else:
             kwargs[name] = value
     return kwargs
@@ -138,8 +160,8 @@ def _at_rung(point: dict, weights: dict, dtype: torch.dtype, formats: Sequence[t
 
 def _exact(point: dict, weights: dict, formats: Sequence[torch.dtype]):
     kwargs = {}
-    for name, (rounds, value) in {**point, **weights}.items():
-        if rounds and value.is_floating_point():
+    for name, (handling, value) in {**point, **weights}.items():
+        if handling == ROUNDS and value.is_floating_point():
             kwargs[name] = _grid_round(value, formats)
         else:
             kwargs[name] = value.to(torch.float64) if value.is_floating_point() else value
@@ -202,7 +224,7 @@ def measure(case: Case, weights: probes.Draw, seed: int, device, points: int = 8
     plan = probes.PointPlan.for_case(case, points, wide_points, small_points, widen)
     drawn = _draw_points(case, seed, device, plan)
     # the run's weights: drawn values go on the grid like the inputs, Fixed ones stay as they are
-    weight_values = {name: (probe.rounds_to_case_dtype,
+    weight_values = {name: (_handling(probe),
                             weights.exact[name] if probe.rounds_to_case_dtype else weights.working[name])
                      for name, probe in case.weights.items()}
 

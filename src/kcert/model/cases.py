@@ -89,6 +89,15 @@ def adapted(adapt: Callable, args: tuple, kwargs: dict, where: str) -> tuple[tup
     return tuple(out[0]), dict(out[1])
 
 
+@dataclass(frozen=True, eq=False)
+class ModuleWeight(Fixed):
+    """A module's parameter, as ``Fixed``: the same value in every replicate, in its own dtype; the precision
+    ladder upcasts it with the recorded activations to a finer rung (a module computes at its weights' and
+    inputs' precision)."""
+
+    follows_ladder_rungs = True
+
+
 def call_module(module: nn.Module, params: Mapping[str, torch.Tensor], args: tuple, kwargs: dict):
     """``module(*args, **kwargs)`` with ``params`` in place of its parameters (none: its own). A torch.compile'd
     module's wrapper is called, so it runs compiled; it names its parameters ``_orig_mod.<name>``."""
@@ -273,7 +282,7 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
         if id(v) not in copies:  # the parameters live in ref's model all run long: their ids are not reused
             copies[id(v)] = v.detach().clone()
     param_values = {p: copies[id(v)] for p, v in params.items()}
-    weights = {param_key(p): Fixed(v) for p, v in param_values.items()}
+    weights = {param_key(p): ModuleWeight(v) for p, v in param_values.items()}
     notes = [param_note] if param_note else []
 
     def call(module, label, paths=None, adapt=None):

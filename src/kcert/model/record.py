@@ -251,6 +251,7 @@ class RecordedLeaf(Custom):
     factor: float = 1.0
 
     rounds_to_case_dtype = False
+    follows_ladder_rungs = True  # upcast at a finer rung of the precision ladder: prod's module computes there
 
     def sample(self, generator, device, precision):
         out = self.fn(generator, device)
