@@ -81,7 +81,6 @@ def describe_environment(device: torch.device) -> dict:
         "reduction": fused.kernel_for(device),
     }
     if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        env["gpu"] = torch.cuda.get_device_name(index)
+        env["gpu"] = arithmetic(device)["gpu"]
         env["cuda"] = torch.version.cuda
     return env
