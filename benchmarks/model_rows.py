@@ -7,7 +7,12 @@ study's capped R = 64 could not settle). docs/model.md, "At the default R", quot
 
 ``--backward`` adds each module's backward row (forward only by default). ``--findings`` also prints each
 row's bias findings (buckets at WARN or worse, the worst first: the statistic, the reason, the effect of
-prod - ref and each side's own bias against the oracle, in ULPs).
+prod - ref, each side's own bias against the oracle, in ULPs, and prod's own bias over ref's at the same rank
+of its profile on the output: docs/method.md, "The working precision's own bias"). ``--vocab V`` builds the
+pair with a vocabulary of V tokens instead of the zoo's 512 (docs/model.md, "Study": whether a row's verdict
+comes from the few fixed embedding rows a small vocabulary gives every norm); the zoo draws its weights in one
+seeded stream, so another vocabulary also changes the weights drawn after the embedding table: a verdict that
+moves with it is consistent with the vocabulary's bias, not a proof of it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ def main() -> None:
     p.add_argument("--backward", action="store_true", help="add each module's backward row")
     p.add_argument("--findings", action="store_true", help="print each row's bias findings too")
     p.add_argument("--findings-shown", type=int, default=8, help="at most this many findings per output")
+    p.add_argument("--vocab", type=int, default=model_zoo.VOCAB, help="the models' vocabulary (default: the zoo's)")
     args = p.parse_args()
+    model_zoo.VOCAB = args.vocab  # read by model_zoo.inputs and the configs
+    model_zoo._COMMON["vocab_size"] = args.vocab
     torch.set_num_threads(1)
     pair = model_zoo.pair(args.pair)
     ref, prod = model_zoo.models(pair)
@@ -42,18 +50,23 @@ def main() -> None:
     rows = [{"module": r.module, "direction": r.direction, "verdict": r.verdict.value, "gate": r.deciding_gate,
              "figure": r.figure, "replicates": r.certificate.provenance.replicates if r.certificate else None} for r in cert.rows]
     for r, row in zip(rows, cert.rows):
-        print(f"{r['module']} {r['direction']}: {r['verdict']} ({r['gate'] or 'no gate decides'}; {r['figure']}; "
-              f"R {r['replicates']})")
+        print(f"{r['module']} {r['direction']} (vocabulary {ref.config.vocab_size}): {r['verdict']} "
+              f"({r['gate'] or 'no gate decides'}; {r['figure']}; R {r['replicates']})")
         if args.findings and row.certificate is not None:
             for bias in row.certificate.bias:
                 for f in bias.findings()[:args.findings_shown]:
                     print(f"    {bias.output} {f.label} {f.statistic}: {f.verdict.value}, {f.reason}; prod - ref "
-                          f"{f.effect_ulp:.3f} ULP, own bias prod {_ulp(f.prod_bias_ulp)}, ref {_ulp(f.ref_bias_ulp)}")
+                          f"{f.effect_ulp:.3f} ULP, own bias prod {_ulp(f.prod_bias_ulp)}, ref {_ulp(f.ref_bias_ulp)}, "
+                          f"prod's {_ratio(f.ref_profile_ratio)} ref's at its rank")
     print(f"{args.pair}: {len(rows)} rows in {wall:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"pair": args.pair, "wall_s": wall, "rows": rows, "report": to_json(cert)}, f, indent=1,
                       default=str)
+
+
+def _ratio(value) -> str:
+    return "-" if value is None else f"{value:.3g}x"
 
 
 def _ulp(value) -> str:

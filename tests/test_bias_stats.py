@@ -208,3 +208,62 @@ def test_the_significance_line_counts_shared_biases_apart():
     line = Significance(significant=10, fail=1, warn=2, ref_bias=5, z_star=5.0, ulp_floor=0.25, shared=3).text()
     assert "1 FAIL, 2 WARN, 2 PASS as ref's own bias" in line
     assert "3 PASS as a bias shared with ref" in line and "2 PASS otherwise" in line
+
+
+def test_rank_matched_ref_bias_sets_each_prod_bucket_against_refs_bias_at_its_rank():
+    from kcert.stats.bias import rank_matched_ref_bias
+
+    prod = np.array([0.1, -0.5, 0.3, np.nan, 0.2])
+    ref = np.array([0.4, 0.2, -0.05, 0.3, np.nan])
+    tested = np.array([True, True, True, False, True])
+    # prod's ranks over its tested finite buckets: -0.5, 0.3, 0.2, 0.1; ref's tested finite profile: 0.4, 0.2,
+    # 0.05 (its fourth rank is past the profile: 0); the untested bucket is NaN
+    np.testing.assert_allclose(rank_matched_ref_bias(prod, ref, tested), [0.0, 0.4, 0.2, np.nan, 0.05])
+    assert np.isnan(rank_matched_ref_bias(prod, np.full(5, np.nan), tested)).sum() == 1  # no ref: zeros, then NaN
+
+
+def _gate(prod_ulp, ref_ulp, replicates=1024):
+    """The bias gate on one output of bf16 values of magnitude 1 whose per-bucket own biases against the oracle
+    are ``prod_ulp`` and ``ref_ulp`` (in ULP), with a spread small enough that every such bias is significant."""
+    from kcert.gates.bias import _judge
+
+    unit = 2.0 ** -7  # one bf16 ULP at 1
+    prod, ref = np.asarray(prod_ulp) * unit, np.asarray(ref_ulp) * unit
+    n = prod.size
+    count, std = np.full(n, replicates), np.full(n, 0.01 * unit)
+    rows = {"magnitude": (count, np.ones(n), std)}
+    for stat in ("raw", "sign_aligned"):
+        rows[stat] = (count, prod - ref, std)
+        rows[f"prod_{stat}"] = (count, prod, std)
+        rows[f"ref_{stat}"] = (count, ref, std)
+    return _judge("y", "bfloat16", "bfloat16", tuple(str(i) for i in range(n)), rows, replicates, (0, 0, ()),
+                  BiasThresholds(), T, True)
+
+
+def test_a_fail_is_set_against_refs_own_bias_profile_without_changing_the_verdict():
+    from kcert.diagnostics import Code, raised
+
+    # prod's own 0.4 ULP on bucket 0 FAILs bucket by bucket (ref's there: -0.05, other sign); ref carries
+    # 0.5 ULP on buckets 1 and 2, where prod is within the floor (attributed to ref)
+    within = _gate([0.4, 0.05, 0.05, 0.0], [-0.05, 0.5, -0.5, 0.0])
+    assert within.verdict.value == "FAIL"
+    profile = [d for d in within.diagnostics if d.code == Code.FAIL_AGAINST_REF_PROFILE]
+    assert len(profile) == 1 and "1 bucket, 0.8x ref's own bias at the same rank" in profile[0].message
+    # the same prod against a reference with no bias of its own: the ratio is far above 1
+    beyond = _gate([0.4, 0.05, 0.05, 0.0], [-0.01, 0.01, -0.01, 0.0])
+    assert beyond.verdict.value == "FAIL"
+    assert "40x ref's own bias" in next(d.message for d in beyond.diagnostics if d.code == "fail_against_ref_profile")
+    # no FAIL, no diagnostic
+    assert not raised(_gate([0.1, 0.05, 0.0, 0.0], [0.1, 0.5, 0.0, 0.0]).diagnostics, Code.FAIL_AGAINST_REF_PROFILE)
+
+
+def test_a_model_rows_figure_quotes_the_largest_ratio_to_refs_profile():
+    import types
+
+    from kcert.model.results import against_ref_profile
+
+    within = _gate([0.4, 0.05, 0.05, 0.0], [-0.05, 0.5, -0.5, 0.0])
+    beyond = _gate([0.4, 0.05, 0.05, 0.0], [-0.01, 0.01, -0.01, 0.0])
+    assert against_ref_profile(types.SimpleNamespace(bias=[within])) == pytest.approx(0.8)
+    assert against_ref_profile(types.SimpleNamespace(bias=[within, beyond])) == pytest.approx(40)
+    assert against_ref_profile(types.SimpleNamespace(bias=[_gate([0.1, 0.0], [0.1, 0.5])])) is None  # no FAIL

@@ -87,6 +87,30 @@ def test_a_checkpoint_without_hosts_resumes_as_from_a_host_not_recorded():
     assert hosts_note(hosts[1:], 100) is None
 
 
+def test_ranks_on_other_arithmetic_are_named_in_a_note(monkeypatch):
+    from kcert.execution import distributed
+    from kcert.execution.environment import ranks_note
+
+    here = {"torch": "2.13.0", "cpu": "x", "cpu_capability": "AVX512"}
+    assert ranks_note([here]) is None and ranks_note([here, dict(here)]) is None
+    note = ranks_note([here, {**here, "cpu_capability": "AVX2"}])
+    assert note.startswith("ranks on other arithmetic: rank 0 on torch 2.13.0, cpu x, cpu_capability AVX512; rank 1 "
+                           "on torch 2.13.0, cpu x, cpu_capability AVX2.")
+
+    class UnlikeSecondRank(distributed.SingleProcess):
+        """One process that answers the gather of every rank's arithmetic as if a second rank ran elsewhere."""
+
+        def all_gather(self, obj):
+            if isinstance(obj, dict) and "cpu_capability" in obj:
+                return [obj, {**obj, "cpu_capability": "OTHER"}]
+            return super().all_gather(obj)
+
+    monkeypatch.setattr("kcert.core.distributed.current", lambda: UnlikeSecondRank())
+    cert = kcert.certify(make_case(), 64, seed=SEED)
+    note, = [n for n in cert.notes if n.startswith("ranks on other arithmetic")]
+    assert "rank 1 on " in note and "cpu_capability OTHER" in note
+
+
 def test_kernel_error_keeps_what_was_computed(tmp_path, uninterrupted):
     # the same kernel, which loses its device once (the call counter is state, not definition: an
     # itertools.count is not part of the fingerprint, so the resumed run is accepted)

@@ -21,7 +21,7 @@ from .errors import KernelError, ParameterError
 from .execution import checkpoint as _ckpt
 from .execution import compiled, distributed, seeding
 from .execution.algebra import evaluate_algebra
-from .execution.environment import arithmetic, describe_environment
+from .execution.environment import arithmetic, describe_environment, ranks_note
 from .execution.runner import Runner
 from .execution.schedule import Saver, TimeLimit, look_schedule, resume as _resume, run_looks
 from .gates import registry
@@ -55,11 +55,14 @@ def run_core(case: Case, settings: Settings, progress: Callable[[int, int], None
     check_probe_sizes(case)
     clock = Clock(on_event or (lambda kind, detail: None))
     compiled_before = compiled.frames_compiled()
+    # every rank's arithmetic, gathered by every rank (a collective) before the replicates are shared out
+    ranks = distributed.current().all_gather(arithmetic(settings.device))
     runner, looks, judged, resumed = _run(case, settings, progress, clock)
     gates = _judge(case, settings, runner, judged, clock)
     cert = _assemble(case, settings, runner, looks, gates, judged,
                      notes=(compiled.compile_note(compiled_before), judged.settled_note(looks),
-                            _ckpt.hosts_note((resumed or {}).get("hosts"), runner.done)), resumed=resumed)
+                            _ckpt.hosts_note((resumed or {}).get("hosts"), runner.done), ranks_note(ranks)),
+                     resumed=resumed)
     return CoreRun(cert, runner.weights, clock)
 
 

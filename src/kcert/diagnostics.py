@@ -27,6 +27,7 @@ class Code(StrEnum):
     UNTESTED_BUCKET = "untested_bucket"
     ATTRIBUTED_TO_REF = "attributed_to_ref"
     SHARED_WITH_REF = "shared_with_ref"
+    FAIL_AGAINST_REF_PROFILE = "fail_against_ref_profile"
     NONFINITE_PROD = "nonfinite_prod"
     NONFINITE_REF = "nonfinite_ref"
     FEW_EXCEEDANCES = "few_exceedances"
@@ -80,6 +81,15 @@ CATALOGUE = {
         "sign and is no larger than ref's: both carry it, prod the less (judged PASS)",
         "no action for the migration (prod moves towards float64); the working precision biases this output on "
         "both sides, often a small result made by cancellation: a wider format there removes it",
+    ),
+    Code.FAIL_AGAINST_REF_PROFILE: (
+        "FAILing buckets set against ref's own bias profile: prod's own bias against the oracle there, over ref's "
+        "own bias at the same rank of its profile on this output (the verdict is the bucket-wise rule's)",
+        "a ratio far above 1 is a bias beyond any ref carries: a migration defect; near or below 1, ref carries "
+        "biases as large on other buckets, as two equally correct roundings do where few distinct inputs (a small "
+        "vocabulary, fixed rows) make the working precision's rounding bias reach the floor: check on more varied "
+        "inputs or a wider format, or export the module and inspect it (docs/method.md, \"The working precision's "
+        "own bias\")",
     ),
     Code.NONFINITE_PROD: (
         "prod produced non-finite values where ref is finite",

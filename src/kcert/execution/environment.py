@@ -64,6 +64,18 @@ def arithmetic(device: torch.device) -> dict:
     return found
 
 
+def ranks_note(ranks: list[dict]) -> str | None:
+    """A certificate's note when the ranks that shared its replicates ran on other arithmetic (``ranks``: each
+    rank's :func:`arithmetic`, in rank order); None when they agree. The environment a certificate records is
+    rank 0's, so without this note a run over unlike nodes would pool their roundings silently."""
+    if len(ranks) < 2 or all(r == ranks[0] for r in ranks[1:]):
+        return None
+    parts = [f"rank {i} on " + ", ".join(f"{k} {v}" for k, v in r.items()) for i, r in enumerate(ranks)]
+    return ("ranks on other arithmetic: " + "; ".join(parts) + ". Each replicate compares ref and prod on one "
+            "rank, but the statistics pool ranks that may round differently (the environment recorded is rank "
+            "0's): rerun on like nodes to reproduce it")
+
+
 def describe_environment(device: torch.device) -> dict:
     env = {
         "python": sys.version.split()[0],

@@ -10,7 +10,7 @@ from ..results.gates import BIAS
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
 from ..stats.bias import (ATTRIBUTED_TO_REF, FAIL, IDENTICAL, SHARED_WITH_REF, UNTESTED, WARN, attribution_z,
-                          judge_buckets)
+                          judge_buckets, ref_profile_ratio)
 from ..stats.thresholds import BiasThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
@@ -98,6 +98,9 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         buckets = int(np.sum(np.any(reasons == reason, axis=0))) if reasons.size else 0
         if buckets:
             diags.append(diagnostic(code, f"{buckets} buckets"))
+    profile = _against_ref_profile(tests)
+    if profile is not None:
+        diags.append(diagnostic(Code.FAIL_AGAINST_REF_PROFILE, profile))
     if prod_dtype != dtype:
         declared = " (declared: Case.dtypes_may_differ)" if dtypes_may_differ else ""
         diags.append(diagnostic(Code.OUTPUT_DTYPE_DIFFERS, f"prod {prod_dtype}, ref {dtype}{declared}"))
@@ -140,3 +143,16 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         harm_format=harm_format,
     )
 
+
+def _against_ref_profile(tests) -> str | None:
+    """The FAILing buckets' ratios to ref's profile in words (a bucket FAILing on both statistics counted once,
+    at its larger ratio), or None (no FAIL, or no attribution)."""
+    ratios = np.stack([np.where(t.verdict == FAIL, ref_profile_ratio(t), np.nan) for t in tests])
+    failing = np.any(np.stack([t.verdict == FAIL for t in tests]), axis=0) & np.any(~np.isnan(ratios), axis=0)
+    if not failing.any():
+        return None
+    worst = np.nanmax(ratios[:, failing], axis=0)
+    low, high = float(worst.min()), float(worst.max())
+    span = f"{low:.3g}x" if low == high else f"{low:.3g}x to {high:.3g}x"
+    n = int(failing.sum())
+    return f"{n} bucket{'' if n == 1 else 's'}, {span} ref's own bias at the same rank"

@@ -9,7 +9,9 @@ import numpy as np
 
 from ..certificate import Certificate
 from ..results.gates import ALGEBRA
+from ..stats.bias import FAIL as BUCKET_FAIL
 from ..stats.bias import WARN as BUCKET_WARN
+from ..stats.bias import ref_profile_ratio
 from ..verdict import Verdict
 
 DIRECTIONS = ("forward", "backward", "end to end")
@@ -77,7 +79,8 @@ class ModuleRow:
             parts.append("algebra: " + (reason if len(reason) <= 60 else reason[:57] + "..."))
         effect = significant_bias(cert)
         if effect is not None:
-            parts.append(f"bias {effect:.2g} ULP")
+            ratio = against_ref_profile(cert)
+            parts.append(f"bias {effect:.2g} ULP" + ("" if ratio is None else f" ({ratio:.2g}x ref's profile)"))
         u = variance_bound(cert)
         if u is not None:
             parts.append(f"U {u:.3g}")
@@ -113,6 +116,17 @@ def significant_bias(cert: Certificate) -> float | None:
         if values:
             return max(values)
     return None
+
+
+def against_ref_profile(cert: Certificate) -> float | None:
+    """The largest ratio, over the bias gate's FAILing buckets, of prod's own bias against the oracle to ref's own
+    bias at the same rank of its profile on that output (:func:`kcert.stats.bias.ref_profile_ratio`); None when
+    no bucket FAILs or the run had no oracle. At or under 1, ref carries biases as large as every FAILing one
+    elsewhere on the output (docs/method.md, "The working precision's own bias")."""
+    ratios = [ref_profile_ratio(t)[t.verdict == BUCKET_FAIL] for b in cert.bias for t in b.tests]
+    ratios = np.concatenate(ratios) if ratios else np.zeros(0)
+    ratios = ratios[~np.isnan(ratios)]
+    return float(ratios.max()) if ratios.size else None
 
 
 def variance_bound(cert: Certificate) -> float | None:

@@ -155,11 +155,11 @@ def _bias_section(cert: Certificate, b) -> str:
     findings = b.findings(limit=20)
     if findings:
         head = "".join(f"<th>{h}</th>" for h in ("bucket", "statistic", "direction", "effect ULP", "z", "rho",
-                                                   "prod-oracle ULP", "ref-oracle ULP", "verdict"))
+                                                   "prod-oracle ULP", "ref-oracle ULP", "x ref@rank", "verdict"))
         body = "".join(
             f"<tr><td>{e(f.label)}</td><td>{f.statistic}</td><td>{e(f.direction)}</td><td>{fmt(f.effect_ulp)}</td>"
             f"<td>{f.z:+.3g}</td><td>{fmt(f.standardized_effect)}</td><td>{fmt(f.prod_bias_ulp)}</td>"
-            f"<td>{fmt(f.ref_bias_ulp)}</td><td>{_badge(f.verdict.value)}</td></tr>"
+            f"<td>{fmt(f.ref_bias_ulp)}</td><td>{fmt(f.ref_profile_ratio)}</td><td>{_badge(f.verdict.value)}</td></tr>"
             for f in findings
         )
         parts.append(f"<p>worst {len(findings)} buckets at WARN or above:</p><table><tr>{head}</tr>{body}</table>")

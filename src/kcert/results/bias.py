@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnostics import Diagnostic
-from ..stats.bias import FAIL, REASON_TEXT, REF_SIDE, SHARED_WITH_REF, WARN, BucketTestResult
+from ..stats.bias import FAIL, REASON_TEXT, REF_SIDE, SHARED_WITH_REF, WARN, BucketTestResult, ref_profile_ratio
 from ..stats.thresholds import BiasThresholds
 from ..verdict import Verdict
 
@@ -32,6 +32,10 @@ class BucketFinding:
     reference_magnitude: float
     prod_bias_ulp: float | None
     ref_bias_ulp: float | None
+    # |prod's own bias| over ref's own bias at the same rank of ref's profile on this output (None without
+    # an oracle): far above 1, beyond any bias ref carries; near or below 1, ref is as biased elsewhere
+    # (kcert.stats.bias.ref_profile_ratio; docs/method.md, "The working precision's own bias")
+    ref_profile_ratio: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,6 +170,7 @@ class BiasResult:
         ordered = sorted(best.items(), key=lambda kv: kv[1][0], reverse=True)
         if limit is not None:
             ordered = ordered[:limit]
+        ratios = {id(t): ref_profile_ratio(t) for t in self.tests}
         out = []
         for g, (_, t) in ordered:
             sign = np.sign(t.mean[g])
@@ -191,6 +196,7 @@ class BiasResult:
                     reference_magnitude=float(self.reference_magnitude[g]),
                     prod_bias_ulp=None if t.prod_bias_ulp is None else float(t.prod_bias_ulp[g]),
                     ref_bias_ulp=None if t.ref_bias_ulp is None else float(t.ref_bias_ulp[g]),
+                    ref_profile_ratio=None if t.prod_bias_ulp is None else float(ratios[id(t)][g]),
                 )
             )
         return out

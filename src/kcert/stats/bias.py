@@ -199,6 +199,40 @@ def judge_buckets(
     )
 
 
+def rank_matched_ref_bias(prod_bias_ulp: np.ndarray, ref_bias_ulp: np.ndarray, tested: np.ndarray) -> np.ndarray:
+    """Per bucket: ref's own bias against the oracle (magnitude, in ULP) at the rank prod's own bias holds in
+    prod's profile over the output's tested buckets: for the bucket with prod's k-th largest own bias, ref's
+    k-th largest (NaN where prod's is not finite or untested; 0 past ref's finite buckets).
+
+    Informational, not a rule (docs/method.md, "Gate 2", "The working precision's own bias"). The gate compares
+    the two sides bucket by bucket; two equally correct roundings of one computation put their rounding biases
+    on different buckets, so where the data make those biases reach the floor one side FAILs on buckets the
+    other left alone. The ratio of prod's own bias to this value says whether prod's profile is beyond ref's
+    (a ratio far above 1) or ref carries as much at the same rank (near or below 1)."""
+    prod = np.abs(np.asarray(prod_bias_ulp, np.float64))
+    ref = np.abs(np.asarray(ref_bias_ulp, np.float64))
+    tested = np.asarray(tested, bool)
+    pool = np.sort(ref[tested & np.isfinite(ref)])[::-1]
+    ranked = tested & np.isfinite(prod)
+    order = np.argsort(-np.where(ranked, prod, -np.inf), kind="stable")  # prod's largest first
+    matched = np.zeros(int(ranked.sum()))  # ranks past ref's finite buckets meet a bias of 0
+    shared = min(matched.size, pool.size)
+    matched[:shared] = pool[:shared]
+    out = np.full(prod.shape, np.nan)
+    out[order[:matched.size]] = matched
+    return out
+
+
+def ref_profile_ratio(test: BucketTestResult) -> np.ndarray:
+    """Per bucket of one statistic: |prod's own bias| over ref's own bias at the same rank of its profile
+    (:func:`rank_matched_ref_bias`); NaN without attribution, inf where ref's at that rank is 0."""
+    if test.prod_bias_ulp is None or test.ref_bias_ulp is None:
+        return np.full(test.mean.shape, np.nan)
+    matched = rank_matched_ref_bias(test.prod_bias_ulp, test.ref_bias_ulp, test.count >= 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.abs(test.prod_bias_ulp) / matched
+
+
 def attribution_z(count, mean, std):
     """z of prod's bucket means against the oracle, for the attribution (:func:`judge_buckets`'s ``prod_z``):
     a constant non-zero mean counts as infinitely significant whatever its sign.
