@@ -38,8 +38,7 @@ def main() -> None:
     p.add_argument("--findings-shown", type=int, default=8, help="at most this many findings per output")
     p.add_argument("--vocab", type=int, default=model_zoo.VOCAB, help="the models' vocabulary (default: the zoo's)")
     args = p.parse_args()
-    model_zoo.VOCAB = args.vocab  # read by model_zoo.inputs and the configs
-    model_zoo._COMMON["vocab_size"] = args.vocab
+    model_zoo.use_vocab(args.vocab)
     torch.set_num_threads(1)
     pair = model_zoo.pair(args.pair)
     ref, prod = model_zoo.models(pair)

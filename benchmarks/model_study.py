@@ -17,6 +17,11 @@ half by name (model_zoo.Pair.half, as the control suite); both halves are report
         [--pairs NAME ...] [--half tuning|validation] [--out benchmarks/data/model_study] \\
         [--markdown docs/model-study.md]
 
+``--vocab V`` builds every pair with a vocabulary of V tokens instead of the zoo's 512 (a record notes its
+``vocab``; keep such records in their own ``--out``): the study's tables are at 512, and docs/model.md ("Study")
+says what a larger vocabulary changes. The zoo draws its weights in one seeded stream, so the weights drawn
+after the embedding table change with V too.
+
 Under ``torchrun --nproc-per-node N`` (the script as torchrun's program) the ranks share each row's replicates,
 as ``torchrun ... -m kcert model`` does; rank 0 prints and writes (a record notes its ``ranks``).
 """
@@ -80,7 +85,8 @@ def run_pair(p: model_zoo.Pair, replicates: int, backward: bool, max_replicates:
     return {"pair": p.name, "arch": p.arch, "kind": p.kind, "half": p.half, "injected": p.module,
             "backward_only": p.backward_only, "source": p.source, "what": p.what, "replicates": replicates,
             "max_replicates": max_replicates, "backward": backward, "commit": _commit(),
-            "seed": SEED, "wall_s": wall, "host": host.describe(), "verdict": cert.verdict.value,
+            "seed": SEED, "vocab": model_zoo.VOCAB, "wall_s": wall, "host": host.describe(),
+            "verdict": cert.verdict.value,
             "first_failure": None if first is None else {"module": first.module, "direction": first.direction},
             "unmatched": [list(u) for u in cert.unmatched], "rows": [row_record(r) for r in cert.rows]}
 
@@ -202,7 +208,9 @@ def main(argv=None) -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--marker", default="model_study", help="the name of the generated block in --markdown")
     ap.add_argument("--report-only", action="store_true", help="run nothing; tabulate the cached results")
+    ap.add_argument("--vocab", type=int, default=model_zoo.VOCAB, help="the models' vocabulary (default: the zoo's)")
     args = ap.parse_args(argv)
+    model_zoo.use_vocab(args.vocab)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     from kcert.execution import distributed
 

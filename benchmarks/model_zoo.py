@@ -40,6 +40,14 @@ _COMMON = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hid
                tie_word_embeddings=False)
 
 
+def use_vocab(size: int) -> None:
+    """Build the zoo's models and token probes with a vocabulary of ``size`` tokens from now on (the study's is
+    512: docs/model.md, "Study", says what that choice does to a norm's rounding bias)."""
+    global VOCAB
+    VOCAB = size
+    _COMMON["vocab_size"] = size
+
+
 def config(arch: str, attn: str = "eager"):
     """The transformers config of ``arch`` (one of ``ARCHS``), with the attention implementation ``attn``."""
     import transformers as tf
