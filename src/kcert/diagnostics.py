@@ -85,11 +85,11 @@ CATALOGUE = {
     Code.FAIL_AGAINST_REF_PROFILE: (
         "FAILing buckets set against ref's own bias profile: prod's own bias against the oracle there, over ref's "
         "own bias at the same rank of its profile on this output (the verdict is the bucket-wise rule's)",
-        "a ratio far above 1 is a bias beyond any ref carries: a migration defect; near or below 1, ref carries "
-        "biases as large on other buckets, as two equally correct roundings do where few distinct inputs (a small "
+        "far above 1, a bias beyond any ref carries: a migration defect; near or below 1, ref carries biases as "
+        "large on other buckets, as two equally correct roundings do where few distinct inputs (a small "
         "vocabulary, fixed rows) make the working precision's rounding bias reach the floor: check on more varied "
-        "inputs or a wider format, or export the module and inspect it (docs/method.md, \"The working precision's "
-        "own bias\")",
+        "inputs or a wider format, or export the module and inspect it; in between (a defect's weight gradient "
+        "measured 1.3-3.3), either (docs/method.md, \"The working precision's own bias\")",
     ),
     Code.NONFINITE_PROD: (
         "prod produced non-finite values where ref is finite",
