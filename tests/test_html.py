@@ -58,6 +58,9 @@ def test_sections_in_order(certs, page):
              "the report's per-replicate ratio K", "<h3>probe and provenance</h3>", "reproduce:"]
     positions = [part.index(s) for s in order]
     assert positions == sorted(positions), order
+    # the bias FAIL's buckets are set against ref's own profile: the column, and the diagnostic in the table
+    ratios = [f.ref_profile_ratio for f in bad.bias[0].findings()]
+    assert "<th>x ref@rank</th>" in part and "fail_against_ref_profile" in part and min(ratios) > 10
     # the case without a tail fit says why instead of plotting one
     first = page[first_case:second_case]
     assert "no amplification to bound" in first or "nothing to extrapolate" in first
