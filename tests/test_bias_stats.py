@@ -249,10 +249,13 @@ def test_a_fail_is_set_against_refs_own_bias_profile_without_changing_the_verdic
     assert within.verdict.value == "FAIL"
     profile = [d for d in within.diagnostics if d.code == Code.FAIL_AGAINST_REF_PROFILE]
     assert len(profile) == 1 and "1 bucket, 0.8x ref's own bias at the same rank" in profile[0].message
+    # of the 16 swaps of the 4 buckets, 14 leave prod's largest at least 0.8x ref's (exact enumeration)
+    assert "bucket swaps: p = 0.88 (raw), p = 0.88 (sign_aligned)" in profile[0].message
     # the same prod against a reference with no bias of its own: the ratio is far above 1
     beyond = _gate([0.4, 0.05, 0.05, 0.0], [-0.01, 0.01, -0.01, 0.0])
     assert beyond.verdict.value == "FAIL"
-    assert "40x ref's own bias" in next(d.message for d in beyond.diagnostics if d.code == "fail_against_ref_profile")
+    message = next(d.message for d in beyond.diagnostics if d.code == "fail_against_ref_profile")
+    assert "40x ref's own bias" in message and "p = 0.12 (raw)" in message  # 2 of 16 swaps: 4 buckets resolve little
     # no FAIL, no diagnostic
     assert not raised(_gate([0.1, 0.05, 0.0, 0.0], [0.1, 0.5, 0.0, 0.0]).diagnostics, Code.FAIL_AGAINST_REF_PROFILE)
 
@@ -260,10 +263,37 @@ def test_a_fail_is_set_against_refs_own_bias_profile_without_changing_the_verdic
 def test_a_model_rows_figure_quotes_the_largest_ratio_to_refs_profile():
     import types
 
-    from kcert.model.results import against_ref_profile
+    from kcert.model.results import against_ref_profile, profile_swap_evidence
 
     within = _gate([0.4, 0.05, 0.05, 0.0], [-0.05, 0.5, -0.5, 0.0])
     beyond = _gate([0.4, 0.05, 0.05, 0.0], [-0.01, 0.01, -0.01, 0.0])
     assert against_ref_profile(types.SimpleNamespace(bias=[within])) == pytest.approx(0.8)
     assert against_ref_profile(types.SimpleNamespace(bias=[within, beyond])) == pytest.approx(40)
     assert against_ref_profile(types.SimpleNamespace(bias=[_gate([0.1, 0.0], [0.1, 0.5])])) is None  # no FAIL
+    # and the smallest swap test's p over the FAILing statistics
+    assert profile_swap_evidence(types.SimpleNamespace(bias=[within, beyond])) == pytest.approx(0.125)
+    assert profile_swap_evidence(types.SimpleNamespace(bias=[_gate([0.1, 0.0], [0.1, 0.5])])) is None
+
+
+def test_the_profile_swap_test_is_exact_on_few_buckets_and_calibrated_on_many():
+    from kcert.stats.bias import profile_swap_p
+
+    two = np.ones(2, bool)
+    # swaps of 2 buckets: the identity and swapping the second keep 1.0 / 0.1; the other two give 0.1
+    assert profile_swap_p(np.array([1.0, 0.1]), np.array([0.1, 0.1]), two) == 0.5
+    assert profile_swap_p(np.array([0.1]), np.array([0.5]), np.ones(1, bool)) == 1.0  # prod the less biased
+    assert np.isnan(profile_swap_p(np.array([0.1, np.nan]), np.array([np.nan, 0.2]), two))  # no bucket has both
+    rng = np.random.default_rng(1)
+    # equally biased sides (one law, 64 buckets): a valid p, P(p <= a) <= a (within 3 binomial sds of 300 runs;
+    # conservative, as the swaps' top value decides half the statistic's law)
+    null = np.array([profile_swap_p(rng.standard_normal(64), rng.standard_normal(64), np.ones(64, bool), swaps=499,
+                                    seed=k) for k in range(300)])
+    for a in (0.01, 0.05, 0.2, 0.5):
+        assert np.mean(null <= a) <= a + 3 * np.sqrt(a * (1 - a) / 300), a
+    assert np.mean(null <= 0.5) >= 0.3  # and not a p that is never small
+    # prod twice as biased as ref on every bucket: rejected at the swaps' resolution
+    base = rng.standard_normal(64)
+    assert profile_swap_p(2 * base, base, np.ones(64, bool), swaps=999) == 1 / 1000
+    # the same seed, the same p (reproducible reports)
+    p, r = rng.standard_normal(256), rng.standard_normal(256)
+    assert profile_swap_p(p, r, np.ones(256, bool)) == profile_swap_p(p, r, np.ones(256, bool))

@@ -33,6 +33,7 @@ def test_the_command_reports_the_localized_module_and_exits_1(tmp_path, capsys):
     # a row whose bias gate FAILs a bucket quotes its ratio to ref's own bias profile, in the figure and the JSON
     for r in report["rows"]:
         assert (r["ref_profile_ratio"] is None) == ("ref's profile" not in r["figure"]), r
+        assert (r["ref_profile_swap_p"] is None) == (r["ref_profile_ratio"] is None), r
         assert r["verdict"] == "FAIL" or r["ref_profile_ratio"] is None, r
     page = (tmp_path / "out.html").read_text()
     assert "<h3>forward</h3>" in page and "layers.1.norm2" in page

@@ -10,7 +10,7 @@ from ..results.gates import BIAS
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
 from ..stats.bias import (ATTRIBUTED_TO_REF, FAIL, IDENTICAL, SHARED_WITH_REF, UNTESTED, WARN, attribution_z,
-                          judge_buckets, ref_profile_ratio)
+                          judge_buckets, profile_swap_p, ref_profile_ratio)
 from ..stats.thresholds import BiasThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
@@ -146,7 +146,8 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
 
 def _against_ref_profile(tests) -> str | None:
     """The FAILing buckets' ratios to ref's profile in words (a bucket FAILing on both statistics counted once,
-    at its larger ratio), or None (no FAIL, or no attribution)."""
+    at its larger ratio), with each FAILing statistic's swap test of the two profiles, or None (no FAIL, or no
+    attribution)."""
     ratios = np.stack([np.where(t.verdict == FAIL, ref_profile_ratio(t), np.nan) for t in tests])
     failing = np.any(np.stack([t.verdict == FAIL for t in tests]), axis=0) & np.any(~np.isnan(ratios), axis=0)
     if not failing.any():
@@ -155,4 +156,7 @@ def _against_ref_profile(tests) -> str | None:
     low, high = float(worst.min()), float(worst.max())
     span = f"{low:.3g}x" if low == high else f"{low:.3g}x to {high:.3g}x"
     n = int(failing.sum())
-    return f"{n} bucket{'' if n == 1 else 's'}, {span} ref's own bias at the same rank"
+    swaps = [f"p = {profile_swap_p(t.prod_bias_ulp, t.ref_bias_ulp, t.count >= 2):.2g} ({t.statistic})"
+             for t in tests if t.prod_bias_ulp is not None and np.any(t.verdict == FAIL)]
+    return (f"{n} bucket{'' if n == 1 else 's'}, {span} ref's own bias at the same rank; prod's profile more biased "
+            f"than ref's, bucket swaps: " + ", ".join(swaps))

@@ -11,7 +11,8 @@ import math
 from ..report.html import _COLOURS, _STYLE, _badge, _case
 from ..report.jsonio import to_dict
 from ..verdict import Verdict
-from .results import ModelCertificate, ModuleRow, against_ref_profile, bias_effect, significant_bias, variance_bound
+from .results import (ModelCertificate, ModuleRow, against_ref_profile, bias_effect, profile_swap_evidence,
+                      significant_bias, variance_bound)
 from .words import few
 
 SCHEMA = "kcert.model/1"
@@ -91,6 +92,7 @@ def row_dict(cert: ModelCertificate, row: ModuleRow) -> dict:
         "bias_effect_ulp": None if c is None else _number(bias_effect(c)),
         "significant_bias_ulp": None if c is None else _number(significant_bias(c)),
         "ref_profile_ratio": None if c is None else _number(against_ref_profile(c)),
+        "ref_profile_swap_p": None if c is None else _number(profile_swap_evidence(c)),
         "variance_u": None if c is None else _number(variance_bound(c)),
         "includes": list(cert.failing_descendants(row)) if row.verdict is Verdict.FAIL else [],
         "skipped_reason": row.skipped_reason, "notes": list(row.notes),

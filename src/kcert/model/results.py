@@ -11,7 +11,7 @@ from ..certificate import Certificate
 from ..results.gates import ALGEBRA
 from ..stats.bias import FAIL as BUCKET_FAIL
 from ..stats.bias import WARN as BUCKET_WARN
-from ..stats.bias import ref_profile_ratio
+from ..stats.bias import profile_swap_p, ref_profile_ratio
 from ..verdict import Verdict
 
 DIRECTIONS = ("forward", "backward", "end to end")
@@ -79,8 +79,9 @@ class ModuleRow:
             parts.append("algebra: " + (reason if len(reason) <= 60 else reason[:57] + "..."))
         effect = significant_bias(cert)
         if effect is not None:
-            ratio = against_ref_profile(cert)
-            parts.append(f"bias {effect:.2g} ULP" + ("" if ratio is None else f" ({ratio:.2g}x ref's profile)"))
+            ratio, swap_p = against_ref_profile(cert), profile_swap_evidence(cert)
+            parts.append(f"bias {effect:.2g} ULP" + ("" if ratio is None else
+                                                       f" ({ratio:.2g}x ref's profile, swaps p {swap_p:.2g})"))
         u = variance_bound(cert)
         if u is not None:
             parts.append(f"U {u:.3g}")
@@ -127,6 +128,16 @@ def against_ref_profile(cert: Certificate) -> float | None:
     ratios = np.concatenate(ratios) if ratios else np.zeros(0)
     ratios = ratios[~np.isnan(ratios)]
     return float(ratios.max()) if ratios.size else None
+
+
+def profile_swap_evidence(cert: Certificate) -> float | None:
+    """The smallest p, over the outputs and statistics where a bucket FAILs, of the swap test that prod's own-bias
+    profile is more biased than ref's (:func:`kcert.stats.bias.profile_swap_p`); None as
+    :func:`against_ref_profile`."""
+    found = [profile_swap_p(t.prod_bias_ulp, t.ref_bias_ulp, t.count >= 2) for b in cert.bias for t in b.tests
+             if t.prod_bias_ulp is not None and t.ref_bias_ulp is not None and np.any(t.verdict == BUCKET_FAIL)]
+    found = [p for p in found if not np.isnan(p)]
+    return min(found) if found else None
 
 
 def variance_bound(cert: Certificate) -> float | None:

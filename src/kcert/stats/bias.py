@@ -233,6 +233,53 @@ def ref_profile_ratio(test: BucketTestResult) -> np.ndarray:
         return np.abs(test.prod_bias_ulp) / matched
 
 
+# the swaps drawn for profile_swap_p (a p-value's resolution is 1 / (PROFILE_SWAPS + 1)); below 2**G of them
+# every swap of the G buckets is enumerated instead (exact)
+PROFILE_SWAPS = 9999
+
+
+def profile_swap_p(prod_bias_ulp: np.ndarray, ref_bias_ulp: np.ndarray, tested: np.ndarray,
+                   swaps: int = PROFILE_SWAPS, seed: int = 0) -> float:
+    """One-sided p-value that prod's own-bias profile over an output's buckets is more biased than ref's.
+
+    Statistic: prod's largest |own bias| over ref's largest (the rank-1 ratio of :func:`rank_matched_ref_bias`).
+    Null: the two sides are equally good implementations, so within each bucket prod's and ref's own biases are
+    exchangeable; each swap exchanges them bucket by bucket with probability 1/2 (all 2**G swaps when that is
+    at most ``swaps``, exactly; else ``swaps`` of them drawn from ``seed``, p = (k + 1) / (swaps + 1)). Paired by
+    bucket, the test sees a prod that is more biased than ref on many buckets even where its largest bias is
+    only a few times ref's; a prod less biased than ref (a single rounding against a double) gives p near 1.
+    NaN when no bucket has both biases finite. Informational, not a rule (docs/method.md, "The working
+    precision's own bias"); the buckets' exchangeability is the assumption."""
+    tested = np.asarray(tested, bool)
+    prod = np.abs(np.asarray(prod_bias_ulp, np.float64))
+    ref = np.abs(np.asarray(ref_bias_ulp, np.float64))
+    both = tested & np.isfinite(prod) & np.isfinite(ref)
+    prod, ref = prod[both], ref[both]
+    if prod.size == 0:
+        return float("nan")
+
+    def ratio(top_prod, top_ref):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(top_ref > 0, top_prod / np.where(top_ref > 0, top_ref, 1.0),
+                            np.where(top_prod > 0, np.inf, 1.0))
+
+    observed = ratio(prod.max(), ref.max())
+    if prod.size < 31 and 2 ** prod.size <= swaps:  # every swap, the identity included: exact
+        masks = (np.arange(2 ** prod.size)[:, None] >> np.arange(prod.size)) & 1 == 1
+        return float(np.mean(_swapped_ratio(prod, ref, masks, ratio) >= observed))
+    rng = np.random.default_rng(seed)
+    exceed, left = 0, swaps
+    while left:  # blocks bound the memory: block x G booleans
+        block = min(left, max(1, 2 ** 22 // prod.size))
+        exceed += int(np.sum(_swapped_ratio(prod, ref, rng.random((block, prod.size)) < 0.5, ratio) >= observed))
+        left -= block
+    return (exceed + 1) / (swaps + 1)
+
+
+def _swapped_ratio(prod, ref, masks, ratio):
+    return ratio(np.where(masks, ref, prod).max(axis=1), np.where(masks, prod, ref).max(axis=1))
+
+
 def attribution_z(count, mean, std):
     """z of prod's bucket means against the oracle, for the attribution (:func:`judge_buckets`'s ``prod_z``):
     a constant non-zero mean counts as infinitely significant whatever its sign.
