@@ -58,12 +58,16 @@ def row_record(row) -> dict:
 
 
 def _commit() -> str | None:
-    """The checkout's commit (the engine's code the pair ran on)."""
+    """The checkout's commit when this process started: the engine's code the pairs run on is what it imported
+    then (read at the start, a study whose checkout moves while it runs would record a commit it did not run)."""
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).parent, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+STARTED_AT = _commit()
 
 
 def run_pair(p: model_zoo.Pair, replicates: int, backward: bool, max_replicates: int | None,
@@ -84,7 +88,7 @@ def run_pair(p: model_zoo.Pair, replicates: int, backward: bool, max_replicates:
     first = cert.first_failure
     return {"pair": p.name, "arch": p.arch, "kind": p.kind, "half": p.half, "injected": p.module,
             "backward_only": p.backward_only, "source": p.source, "what": p.what, "replicates": replicates,
-            "max_replicates": max_replicates, "backward": backward, "commit": _commit(),
+            "max_replicates": max_replicates, "backward": backward, "commit": STARTED_AT,
             "seed": SEED, "vocab": model_zoo.VOCAB, "wall_s": wall, "host": host.describe(),
             "verdict": cert.verdict.value,
             "first_failure": None if first is None else {"module": first.module, "direction": first.direction},
