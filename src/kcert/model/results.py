@@ -80,8 +80,9 @@ class ModuleRow:
         effect = significant_bias(cert)
         if effect is not None:
             ratio, swap_p = against_ref_profile(cert), profile_swap_evidence(cert)
-            parts.append(f"bias {effect:.2g} ULP" + ("" if ratio is None else
-                                                       f" ({ratio:.2g}x ref's profile, swaps p {swap_p:.2g})"))
+            against = [] if ratio is None else [f"{ratio:.2g}x ref's profile"]
+            against += [] if swap_p is None else [f"swaps p {swap_p:.2g}"]
+            parts.append(f"bias {effect:.2g} ULP" + (f" ({', '.join(against)})" if against else ""))
         u = variance_bound(cert)
         if u is not None:
             parts.append(f"U {u:.3g}")

@@ -258,26 +258,29 @@ def profile_swap_p(prod_bias_ulp: np.ndarray, ref_bias_ulp: np.ndarray, tested: 
     if prod.size == 0:
         return float("nan")
 
-    def ratio(top_prod, top_ref):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(top_ref > 0, top_prod / np.where(top_ref > 0, top_ref, 1.0),
-                            np.where(top_prod > 0, np.inf, 1.0))
-
-    observed = ratio(prod.max(), ref.max())
+    observed = _top_ratio(prod.max(), ref.max())
     if prod.size < 31 and 2 ** prod.size <= swaps:  # every swap, the identity included: exact
         masks = (np.arange(2 ** prod.size)[:, None] >> np.arange(prod.size)) & 1 == 1
-        return float(np.mean(_swapped_ratio(prod, ref, masks, ratio) >= observed))
+        return float(np.mean(_swapped_ratio(prod, ref, masks) >= observed))
     rng = np.random.default_rng(seed)
     exceed, left = 0, swaps
     while left:  # blocks bound the memory: block x G booleans
         block = min(left, max(1, 2 ** 22 // prod.size))
-        exceed += int(np.sum(_swapped_ratio(prod, ref, rng.random((block, prod.size)) < 0.5, ratio) >= observed))
+        exceed += int(np.sum(_swapped_ratio(prod, ref, rng.random((block, prod.size)) < 0.5) >= observed))
         left -= block
     return (exceed + 1) / (swaps + 1)
 
 
-def _swapped_ratio(prod, ref, masks, ratio):
-    return ratio(np.where(masks, ref, prod).max(axis=1), np.where(masks, prod, ref).max(axis=1))
+def _top_ratio(top_prod, top_ref):
+    """prod's largest over ref's; inf over a zero, 1 for two zeros (no side more biased)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(top_ref > 0, top_prod / np.where(top_ref > 0, top_ref, 1.0),
+                        np.where(top_prod > 0, np.inf, 1.0))
+
+
+def _swapped_ratio(prod, ref, masks):
+    """The statistic under each swap (a row of ``masks``: True where that bucket's two biases are exchanged)."""
+    return _top_ratio(np.where(masks, ref, prod).max(axis=1), np.where(masks, prod, ref).max(axis=1))
 
 
 def attribution_z(count, mean, std):
