@@ -10,7 +10,7 @@ from ..results.gates import BIAS
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
 from ..stats.bias import (ATTRIBUTED_TO_REF, FAIL, IDENTICAL, SHARED_WITH_REF, UNTESTED, WARN, attribution_z,
-                          judge_buckets, profile_swap_p, ref_profile_ratio)
+                          against_ref_profile, judge_buckets)
 from ..stats.thresholds import BiasThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
@@ -98,9 +98,9 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         buckets = int(np.sum(np.any(reasons == reason, axis=0))) if reasons.size else 0
         if buckets:
             diags.append(diagnostic(code, f"{buckets} buckets"))
-    profile = _against_ref_profile(tests)
-    if profile is not None:
-        diags.append(diagnostic(Code.FAIL_AGAINST_REF_PROFILE, profile))
+    profile = against_ref_profile(tests)
+    if profile is not None and profile.buckets:
+        diags.append(diagnostic(Code.FAIL_AGAINST_REF_PROFILE, _profile_words(profile)))
     if prod_dtype != dtype:
         declared = " (declared: Case.dtypes_may_differ)" if dtypes_may_differ else ""
         diags.append(diagnostic(Code.OUTPUT_DTYPE_DIFFERS, f"prod {prod_dtype}, ref {dtype}{declared}"))
@@ -141,22 +141,15 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         diagnostics=tuple(diags),
         dtypes_may_differ=dtypes_may_differ,
         harm_format=harm_format,
+        ref_profile=profile,
     )
 
 
-def _against_ref_profile(tests) -> str | None:
-    """The FAILing buckets' ratios to ref's profile in words (a bucket FAILing on both statistics counted once,
-    at its larger ratio), with each FAILing statistic's swap test of the two profiles, or None (no FAIL, or no
-    attribution)."""
-    ratios = np.stack([np.where(t.verdict == FAIL, ref_profile_ratio(t), np.nan) for t in tests])
-    failing = np.any(np.stack([t.verdict == FAIL for t in tests]), axis=0) & np.any(~np.isnan(ratios), axis=0)
-    if not failing.any():
-        return None
-    worst = np.nanmax(ratios[:, failing], axis=0)
-    low, high = float(worst.min()), float(worst.max())
+def _profile_words(profile) -> str:
+    """The diagnostic's figures: the FAILing buckets' ratios to ref's profile and each FAILing statistic's swap p."""
+    low, high = profile.lowest_ratio, profile.highest_ratio
     span = f"{low:.3g}x" if low == high else f"{low:.3g}x to {high:.3g}x"
-    n = int(failing.sum())
-    swaps = [f"p = {profile_swap_p(t.prod_bias_ulp, t.ref_bias_ulp, t.count >= 2):.2g} ({t.statistic})"
-             for t in tests if t.prod_bias_ulp is not None and np.any(t.verdict == FAIL)]
+    n = profile.buckets
+    swaps = [f"p = {p:.2g} ({statistic})" for statistic, p in profile.swap_p]
     return (f"{n} bucket{'' if n == 1 else 's'}, {span} ref's own bias at the same rank; prod's profile more biased "
             f"than ref's, bucket swaps: " + ", ".join(swaps))

@@ -9,9 +9,7 @@ import numpy as np
 
 from ..certificate import Certificate
 from ..results.gates import ALGEBRA
-from ..stats.bias import FAIL as BUCKET_FAIL
 from ..stats.bias import WARN as BUCKET_WARN
-from ..stats.bias import profile_swap_p, ref_profile_ratio
 from ..verdict import Verdict
 
 DIRECTIONS = ("forward", "backward", "end to end")
@@ -122,22 +120,18 @@ def significant_bias(cert: Certificate) -> float | None:
 
 def against_ref_profile(cert: Certificate) -> float | None:
     """The largest ratio, over the bias gate's FAILing buckets, of prod's own bias against the oracle to ref's own
-    bias at the same rank of its profile on that output (:func:`kcert.stats.bias.ref_profile_ratio`); None when
-    no bucket FAILs or the run had no oracle. At or under 1, ref carries biases as large as every FAILing one
-    elsewhere on the output (docs/method.md, "The working precision's own bias")."""
-    ratios = [ref_profile_ratio(t)[t.verdict == BUCKET_FAIL] for b in cert.bias for t in b.tests]
-    ratios = np.concatenate(ratios) if ratios else np.zeros(0)
-    ratios = ratios[~np.isnan(ratios)]
-    return float(ratios.max()) if ratios.size else None
+    bias at the same rank of its profile on that output (``BiasResult.ref_profile``); None when no bucket FAILs or
+    the run had no oracle. At or under 1, ref carries biases as large as every FAILing one elsewhere on the output
+    (docs/method.md, "The working precision's own bias")."""
+    found = [b.ref_profile.highest_ratio for b in cert.bias
+             if b.ref_profile is not None and b.ref_profile.highest_ratio is not None]
+    return max(found) if found else None
 
 
 def profile_swap_evidence(cert: Certificate) -> float | None:
     """The smallest p, over the outputs and statistics where a bucket FAILs, of the swap test that prod's own-bias
-    profile is more biased than ref's (:func:`kcert.stats.bias.profile_swap_p`); None as
-    :func:`against_ref_profile`."""
-    found = [profile_swap_p(t.prod_bias_ulp, t.ref_bias_ulp, t.count >= 2) for b in cert.bias for t in b.tests
-             if t.prod_bias_ulp is not None and t.ref_bias_ulp is not None and np.any(t.verdict == BUCKET_FAIL)]
-    found = [p for p in found if not np.isnan(p)]
+    profile is more biased than ref's (``BiasResult.ref_profile``); None as :func:`against_ref_profile`."""
+    found = [p for b in cert.bias if b.ref_profile is not None for _, p in b.ref_profile.swap_p if not np.isnan(p)]
     return min(found) if found else None
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnostics import Diagnostic
-from ..stats.bias import FAIL, REASON_TEXT, REF_SIDE, SHARED_WITH_REF, WARN, BucketTestResult, ref_profile_ratio
+from ..stats.bias import (FAIL, REASON_TEXT, REF_SIDE, SHARED_WITH_REF, WARN, BucketTestResult, RefProfileEvidence,
+                          ref_profile_ratio)
 from ..stats.thresholds import BiasThresholds
 from ..verdict import Verdict
 
@@ -116,6 +117,8 @@ class BiasResult:
     diagnostics: tuple[Diagnostic, ...] = ()
     dtypes_may_differ: bool = False  # the case declared that prod's output dtype may differ from ref's
     harm_format: str = ""  # the format whose ULP the floor counts (docs/method.md, "The harm scale")
+    # FAILing buckets set against ref's own bias profile (None: no FAIL, or no attribution)
+    ref_profile: RefProfileEvidence | None = None
 
     @property
     def buckets(self) -> int:

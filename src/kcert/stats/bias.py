@@ -233,6 +233,37 @@ def ref_profile_ratio(test: BucketTestResult) -> np.ndarray:
         return np.abs(test.prod_bias_ulp) / matched
 
 
+@dataclass(frozen=True)
+class RefProfileEvidence:
+    """An output's FAILing buckets set against ref's own bias profile (docs/method.md, "The working precision's own
+    bias"): informational, the verdict stays the bucket-wise one."""
+
+    buckets: int  # FAILing buckets with a finite ratio, a bucket FAILing on both statistics counted once
+    lowest_ratio: float | None  # over those buckets, each at its larger ratio (None: no finite ratio)
+    highest_ratio: float | None
+    swap_p: tuple[tuple[str, float], ...]  # (statistic, profile_swap_p) for each statistic with a FAILing bucket
+
+
+def against_ref_profile(tests) -> RefProfileEvidence | None:
+    """The ratios (:func:`ref_profile_ratio`) of one output's FAILing buckets and the swap test
+    (:func:`profile_swap_p`) of each statistic that has one; None when no bucket FAILs or there is no
+    attribution. Computed once per judged output (kcert.gates.bias), read by the diagnostic and the reports."""
+    attributed = [t for t in tests if t.prod_bias_ulp is not None and t.ref_bias_ulp is not None]
+    failing_tests = [t for t in attributed if np.any(t.verdict == FAIL)]
+    if not failing_tests:
+        return None
+    ratios = np.stack([np.where(t.verdict == FAIL, ref_profile_ratio(t), np.nan) for t in attributed])
+    failing = np.any(~np.isnan(ratios), axis=0)
+    worst = np.nanmax(ratios[:, failing], axis=0) if failing.any() else np.zeros(0)
+    return RefProfileEvidence(
+        buckets=int(failing.sum()),
+        lowest_ratio=float(worst.min()) if worst.size else None,
+        highest_ratio=float(worst.max()) if worst.size else None,
+        swap_p=tuple((t.statistic, profile_swap_p(t.prod_bias_ulp, t.ref_bias_ulp, t.count >= 2))
+                     for t in failing_tests),
+    )
+
+
 # the swaps drawn for profile_swap_p (a p-value's resolution is 1 / (PROFILE_SWAPS + 1)); below 2**G of them
 # every swap of the G buckets is enumerated instead (exact)
 PROFILE_SWAPS = 9999
