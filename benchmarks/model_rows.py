@@ -12,7 +12,10 @@ of its profile on the output: docs/method.md, "The working precision's own bias"
 pair with a vocabulary of V tokens instead of the zoo's 512 (docs/model.md, "Study": whether a row's verdict
 comes from the few fixed embedding rows a small vocabulary gives every norm); the zoo draws its weights in one
 seeded stream, so another vocabulary also changes the weights drawn after the embedding table: a verdict that
-moves with it is consistent with the vocabulary's bias, not a proof of it.
+moves with it is consistent with the vocabulary's bias, not a proof of it. ``--seed S`` draws the models' weights
+and kcert's replicates from S instead of 0 (the profile rule's test on other models, docs/method.md). Each output
+whose bias gate FAILs bucket by bucket prints its profile evidence: per FAILing statistic the tested buckets, the
+largest ratio to ref's profile, the swap test's p, and whether the profile rule judged it within ref's profile.
 """
 
 from __future__ import annotations
@@ -37,20 +40,28 @@ def main() -> None:
     p.add_argument("--findings", action="store_true", help="print each row's bias findings too")
     p.add_argument("--findings-shown", type=int, default=8, help="at most this many findings per output")
     p.add_argument("--vocab", type=int, default=model_zoo.VOCAB, help="the models' vocabulary (default: the zoo's)")
+    p.add_argument("--seed", type=int, default=0, help="the models' weights and kcert's seed (default 0, the study's)")
     args = p.parse_args()
     model_zoo.use_vocab(args.vocab)
     torch.set_num_threads(1)
     pair = model_zoo.pair(args.pair)
-    ref, prod = model_zoo.models(pair)
+    ref, prod = model_zoo.models(pair, args.seed)
     start = time.perf_counter()
     cert = kcert.certify_model(ref, prod, model_zoo.inputs(pair.arch), modules=kcert.Modules(names=args.modules.split(",")),
-                               backward=args.backward, end_to_end=False)
+                               backward=args.backward, end_to_end=False, seed=args.seed)
     wall = time.perf_counter() - start
     rows = [{"module": r.module, "direction": r.direction, "verdict": r.verdict.value, "gate": r.deciding_gate,
              "figure": r.figure, "replicates": r.certificate.provenance.replicates if r.certificate else None} for r in cert.rows]
     for r, row in zip(rows, cert.rows):
         print(f"{r['module']} {r['direction']} (vocabulary {ref.config.vocab_size}): {r['verdict']} "
               f"({r['gate'] or 'no gate decides'}; {r['figure']}; R {r['replicates']})")
+        for bias in row.certificate.bias if row.certificate is not None else ():
+            e = bias.ref_profile
+            if e is not None:
+                stats = "; ".join(f"{x.statistic} G {x.tested}, ratio {x.highest_ratio:.3g}, swap p {x.swap_p:.3g}"
+                                  for x in e.statistics)
+                judged = "within ref's profile (WARN)" if e.within else "the FAIL stands"
+                print(f"    profile: {bias.output}: {judged}; {stats}")
         if args.findings and row.certificate is not None:
             for bias in row.certificate.bias:
                 for f in bias.findings()[:args.findings_shown]:

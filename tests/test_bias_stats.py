@@ -222,7 +222,7 @@ def test_rank_matched_ref_bias_sets_each_prod_bucket_against_refs_bias_at_its_ra
     assert np.isnan(rank_matched_ref_bias(prod, np.full(5, np.nan), tested)).sum() == 1  # no ref: zeros, then NaN
 
 
-def _gate(prod_ulp, ref_ulp, replicates=1024):
+def _gate(prod_ulp, ref_ulp, replicates=1024, thresholds=None):
     """The bias gate on one output of bf16 values of magnitude 1 whose per-bucket own biases against the oracle
     are ``prod_ulp`` and ``ref_ulp`` (in ULP), with a spread small enough that every such bias is significant."""
     from kcert.gates.bias import _judge
@@ -237,7 +237,7 @@ def _gate(prod_ulp, ref_ulp, replicates=1024):
         rows[f"prod_{stat}"] = (count, prod, std)
         rows[f"ref_{stat}"] = (count, ref, std)
     return _judge("y", "bfloat16", "bfloat16", tuple(str(i) for i in range(n)), rows, replicates, (0, 0, ()),
-                  BiasThresholds(), T, True)
+                  thresholds or BiasThresholds(), T, True)
 
 
 def test_a_fail_is_set_against_refs_own_bias_profile_without_changing_the_verdict():
@@ -297,3 +297,80 @@ def test_the_profile_swap_test_is_exact_on_few_buckets_and_calibrated_on_many():
     # the same seed, the same p (reproducible reports)
     p, r = rng.standard_normal(256), rng.standard_normal(256)
     assert profile_swap_p(p, r, np.ones(256, bool)) == profile_swap_p(p, r, np.ones(256, bool))
+
+
+def _profile(prod_ulp, ref_ulp, **rule):
+    result = _gate(prod_ulp, ref_ulp, thresholds=BiasThresholds(**rule))
+    return result, {d.code: d.message for d in result.diagnostics}
+
+
+def test_a_fail_within_refs_own_bias_profile_warns():
+    from kcert.stats.bias import WITHIN_REF_PROFILE
+
+    # 16 buckets: prod's own 0.4 ULP FAILs bucket 0 (ref's there -0.05); ref carries 0.5 ULP on buckets 1 and 2
+    # and prod is within the floor there: equally biased sides on different buckets
+    prod = [0.4] + [0.05] * 15
+    ref = [-0.05, 0.5, -0.5] + [0.04] * 13
+    result, said = _profile(prod, ref)
+    assert result.verdict.value == "WARN" and "within_ref_profile" in said and "fail_against_ref_profile" not in said
+    assert "(each p > 0.01, each ratio <= 2)" in said["within_ref_profile"]
+    assert result.ref_profile.within and result.count(result.verdict.FAIL) == 0
+    assert [f.reason for f in result.findings()][:1] == [
+        "coherent bias, but within ref's own bias profile on this output: prod's profile no more biased than ref's "
+        "by the swap test, and no bucket's own bias more than lambda times ref's at the same rank"]
+    assert any(np.any(t.reason == WITHIN_REF_PROFILE) for t in result.tests)
+    from kcert.report.blocks import significance
+    assert "0 FAIL, 1 WARN (1 a FAIL bucket by bucket, within ref's own bias profile)" in significance(result).text()
+    # the rule off: the bucket-wise FAIL, the figures as a diagnostic
+    off, said = _profile(prod, ref, profile_alpha=None)
+    assert off.verdict.value == "FAIL" and "the FAIL stands: the rule is off" in said["fail_against_ref_profile"]
+
+
+def test_a_defect_on_few_buckets_keeps_its_fail_through_the_ratio():
+    # a kernel's last partial tile wrong: 3 of 64 buckets at 3 ULP, 37x ref's largest own bias. The swap test
+    # alone cannot reject (p ~ 2**-3), the ratio does
+    prod = [0.05] * 61 + [3.0] * 3
+    ref = [0.08, -0.08] * 32
+    result, said = _profile(prod, ref)
+    assert result.verdict.value == "FAIL"
+    assert result.ref_profile.swap_p[0][1] > 0.01 and not result.ref_profile.within
+    assert "the FAIL stands: a bucket at 37.5x ref's own bias at its rank > 2" in said["fail_against_ref_profile"]
+    # with the ratio limit out of the way the same FAIL would WARN: the ratio is what keeps it
+    assert _profile(prod, ref, profile_ratio=100.0)[0].verdict.value == "WARN"
+
+
+def test_a_prod_more_biased_on_many_buckets_keeps_its_fail_through_the_swap_test():
+    # prod 1.5x ref's own bias on every one of 64 buckets: no bucket beyond lambda = 2, the swap test rejects
+    ref = np.resize([0.3, -0.3, 0.2, -0.2], 64)
+    result, said = _profile(1.5 * np.abs(ref) + 0.01, ref)
+    assert result.verdict.value == "FAIL"
+    assert "the FAIL stands: swap test p = 0.0001 <= 0.01" in said["fail_against_ref_profile"]
+
+
+def test_an_output_with_too_few_buckets_keeps_the_bucket_wise_verdict():
+    # 6 buckets: no swap test can reach p <= 0.01 (2**-6 = 0.016)
+    result, said = _profile([0.4] + [0.05] * 5, [-0.05, 0.5, -0.5, 0.04, 0.04, 0.04])
+    assert BiasThresholds().profile_min_buckets == 7 and BiasThresholds(profile_alpha=0.05).profile_min_buckets == 5
+    assert result.verdict.value == "FAIL" and "6 tested buckets, too few" in said["fail_against_ref_profile"]
+    # the same output with a seventh bucket WARNs
+    assert _profile([0.4] + [0.05] * 6, [-0.05, 0.5, -0.5, 0.04, 0.04, 0.04, 0.04])[0].verdict.value == "WARN"
+
+
+def test_a_kernel_wrong_on_its_last_partial_tile_keeps_its_fail():
+    """A Gemma RMSNorm whose last partial tile (4 of 516 channels, blocks of 64) forms (1 + w) in bf16, run through
+    kcert.certify: its FAIL stands under the profile rule (its ratio), where the swap test alone would let it WARN."""
+    import torch
+
+    import kcert
+    from kcert.catalog import norms as N
+    from kcert.controls.norms import gemma_rms_norm_bf16_gain
+
+    def prod(x, w, eps=N.GEMMA_EPS):
+        good, bad = N.gemma_rms_norm(x, w, eps), gemma_rms_norm_bf16_gain(x, w, eps)
+        return torch.cat([good[..., :512], bad[..., 512:]], dim=-1)
+
+    cert = kcert.certify(N.GEMMA_RMSNORM.case("gemma_norm_last_tile_bf16_gain", prod, shape=(64, 516)), 512, seed=0)
+    profile = cert.bias[0].ref_profile
+    assert cert.verdict.value == "FAIL" and cert.bias[0].verdict.value == "FAIL"
+    assert profile.buckets <= 4 and profile.lowest_ratio > 10
+    assert min(p for _, p in profile.swap_p) > 0.01  # the swap test alone would not keep it

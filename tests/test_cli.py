@@ -465,3 +465,18 @@ def test_reproduce_commands_keep_every_digit_of_the_horizon():
     line = plugin_command(case, "cases.py", replicates=4, horizon=1234567.8, seed=0, max_replicates=None,
                           device="cpu", extras={})
     assert "--horizon 1234567.8 " in line + " "
+
+
+def test_bucket_wise_bias_turns_the_profile_rule_off_and_is_reproduced(tmp_path, capsys):
+    path = write(tmp_path, GOOD)
+    reports = {}
+    for extra in ([], ["--bucket-wise-bias"]):
+        out_json = tmp_path / f"cert{len(extra)}.json"
+        code, out, err = run(["certify", path, "-R", "64", "--json", str(out_json), *extra], capsys)
+        assert code in (0, 3), out + err  # PASS or WARN (64 replicates are few for the variance gate)
+        reports[bool(extra)] = json.loads(out_json.read_text())
+    thresholds = {k: r["gates"]["bias"]["outputs"][0]["thresholds"] for k, r in reports.items()}
+    assert (thresholds[False]["profile_alpha"], thresholds[False]["profile_ratio"]) == (0.01, 2.0)
+    assert thresholds[True]["profile_alpha"] is None
+    assert "--bucket-wise-bias" in reports[True]["provenance"]["command"]
+    assert "--bucket-wise-bias" not in reports[False]["provenance"]["command"]

@@ -9,7 +9,7 @@ from kcert.diagnostics import CATALOGUE, Code, Diagnostic, diagnostic, raised
 
 
 def test_every_code_has_its_meaning_and_remedy():
-    assert set(CATALOGUE) == set(Code) and len(Code) == 30
+    assert set(CATALOGUE) == set(Code) and len(Code) == 31
     assert all(isinstance(m, str) and m and isinstance(r, str) and r for m, r in CATALOGUE.values())
 
 

@@ -28,6 +28,7 @@ class Code(StrEnum):
     ATTRIBUTED_TO_REF = "attributed_to_ref"
     SHARED_WITH_REF = "shared_with_ref"
     FAIL_AGAINST_REF_PROFILE = "fail_against_ref_profile"
+    WITHIN_REF_PROFILE = "within_ref_profile"
     NONFINITE_PROD = "nonfinite_prod"
     NONFINITE_REF = "nonfinite_ref"
     FEW_EXCEEDANCES = "few_exceedances"
@@ -84,12 +85,19 @@ CATALOGUE = {
     ),
     Code.FAIL_AGAINST_REF_PROFILE: (
         "FAILing buckets set against ref's own bias profile: prod's own bias against the oracle there, over ref's "
-        "own bias at the same rank of its profile on this output (the verdict is the bucket-wise rule's)",
-        "far above 1, a bias beyond any ref carries: a migration defect; near or below 1, ref carries biases as "
-        "large on other buckets, as two equally correct roundings do where few distinct inputs (a small "
-        "vocabulary, fixed rows) make the working precision's rounding bias reach the floor: check on more varied "
-        "inputs or a wider format, or export the module and inspect it; in between (a defect's weight gradient "
-        "measured 1.3-3.3), either (docs/method.md, \"The working precision's own bias\")",
+        "own bias at the same rank of its profile on this output; the FAIL stands where the swap test rejects, a "
+        "bucket exceeds the ratio limit or the output has too few buckets",
+        "far above 1, a bias beyond any ref carries: a migration defect; near 1 with a small p, prod carries "
+        "more bias than ref over many buckets; the FAIL is prod's (docs/method.md, \"The working precision's own "
+        "bias\")",
+    ),
+    Code.WITHIN_REF_PROFILE: (
+        "bias FAIL judged WARN: within ref's own bias profile on this output (prod's own bias at each FAILing "
+        "bucket over ref's at the same rank of its profile; the swap test of prod's profile against ref's)",
+        "two equally correct roundings put their rounding biases on different buckets where few distinct inputs (a "
+        "small vocabulary, fixed rows) make them reach the floor: rerun on more varied inputs or a wider format to "
+        "confirm, or export the module and inspect its buckets; BiasThresholds(profile_alpha=None) gives the "
+        "bucket-wise verdict (docs/method.md, \"The working precision's own bias\")",
     ),
     Code.NONFINITE_PROD: (
         "prod produced non-finite values where ref is finite",

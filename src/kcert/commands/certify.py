@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
 from ..reproduce import command_line
-from .options import add_option, add_run_options, check_run_options, run_flags
+from .options import add_option, add_run_options, bias_thresholds, check_run_options, run_flags
 from .output import STDOUT, Streams, first_output_problem
 
 
@@ -88,11 +88,10 @@ def _run(args, demo: bool) -> int:
         return EXIT_ERROR
 
     from ..report.terminal import render, render_line
-    from ..stats.thresholds import BiasThresholds
     from .session import Session
 
     session = Session(args, streams, len(cases))
-    thresholds = None if args.ulp_floor is None else BiasThresholds(ulp_floor=args.ulp_floor)
+    thresholds = bias_thresholds(args)
 
     def options(case) -> dict:
         return dict(command=reproduce_command(args, casefile, case.name), bias_thresholds=thresholds)

@@ -10,14 +10,13 @@ either probe's certification FAILs it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import re
 from pathlib import Path
 
 from . import EXIT_ERROR
 from ..reproduce import command_line
-from .options import add_run_options, advanced_group, check_run_options, run_flags
+from .options import add_run_options, advanced_group, bias_thresholds, check_run_options, run_flags
 from .options import integer  # noqa: F401 (in __all__: its home before commands.options)
 from .output import STDOUT, Streams, first_output_problem
 
@@ -112,7 +111,7 @@ def run(args) -> int:
     except KcertError as exc:
         streams.error(exc)
         return EXIT_ERROR
-    thresholds = dataclasses.replace(kb.BIAS_THRESHOLDS, ulp_floor=args.ulp_floor)
+    thresholds = bias_thresholds(args, kb.BIAS_THRESHOLDS)
     session = Session(args, streams, len(cases))
     session.note(f"kcert kernelbench: {args.candidate} against {args.problem}: {cases[0].description}")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from . import EXIT_ERROR, EXIT_PASS
-from .options import add_run_options, check_run_options, run_flags, settings_values
+from .options import add_run_options, bias_thresholds, check_run_options, run_flags, settings_values
 from .output import STDOUT, Streams, first_output_problem
 
 EPILOG = ("A model file defines kcert.ModelPair objects (or functions named *pair* returning them). Exit 0: every "
@@ -117,7 +117,6 @@ def run(args) -> int:
     from ..errors import KcertError
     from ..model import load_pairs
     from ..model import report
-    from ..stats.thresholds import BiasThresholds
     from .session import CommandRun, exit_code
 
     try:
@@ -127,7 +126,7 @@ def run(args) -> int:
         return EXIT_ERROR
     if args.export_case:
         return _export(args, pairs, streams)
-    thresholds = None if args.ulp_floor is None else BiasThresholds(ulp_floor=args.ulp_floor)
+    thresholds = bias_thresholds(args)
     session = CommandRun(args, streams)
     saved = (f"; finished rows and this one's state are saved beside {args.checkpoint}: continue with --resume"
              if args.checkpoint else "; nothing is saved (give --checkpoint PATH)")

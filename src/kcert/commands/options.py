@@ -10,6 +10,7 @@ torch or of the case file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -80,6 +81,10 @@ _OWN = {
     "ulp_floor": _Own(Flag(("--ulp-floor",), "the bias gate's floor c in ULPs of the harm format (default 0.25: "
                                              "docs/method.md, 'Gate 2')", parse="number", metavar="C"),
                       None, lambda name, v: None if v is None else parameters.ulp_floor(name, v), reproduce=True),
+    "bucket_wise_bias": _Own(Flag(("--bucket-wise-bias",), "judge a bias bucket by bucket only: a FAIL within ref's "
+                                                           "own bias profile stays a FAIL instead of a WARN "
+                                                           "(docs/method.md, 'The working precision's own bias')",
+                                  kind="switch", advanced=True), False, reproduce=True),
     "progress_every": _Own(Flag(("--progress-every",), f"without a terminal, print a progress line every S seconds "
                                                        f"(default {DEFAULT_INTERVAL:g}, none with --quiet; 0 turns "
                                                        "it off)", parse="float", metavar="S", advanced=True),
@@ -89,7 +94,7 @@ _OWN = {
 }
 # the options in the order of the command's help (a name of kcert.settings.Settings or of _OWN)
 ORDER = ("replicates", "horizon", "seed", "device", "threads", "max_time", "json", "html", "quiet", "checkpoint",
-         "resume", "algebra_proof", "shapes", "ulp_floor", "accept_untested_algebra", "peer_rules",
+         "resume", "algebra_proof", "shapes", "ulp_floor", "bucket_wise_bias", "accept_untested_algebra", "peer_rules",
          "max_replicates", "batch_memory", "checkpoint_every", "checkpoint_seconds", "progress_every", "traceback")
 _PARSERS = {"integer": integer, "float": float, "number": number, "bytes": byte_count, "duration": duration}
 
@@ -130,6 +135,21 @@ def add_run_options(p: argparse.ArgumentParser, defaults: dict | None = None, *,
 def settings_values(args) -> dict:
     """The settings of :class:`kcert.settings.Settings` that the command's options hold (name -> value)."""
     return {name: getattr(args, name) for name in settings.NAMES if hasattr(args, name)}
+
+
+def bias_thresholds(args, base=None):
+    """The bias gate's thresholds the options ask for: ``base`` (None: kcert's defaults) with ``--ulp-floor`` and
+    ``--bucket-wise-bias``; None when neither is given and there is no ``base`` (the certifier's defaults)."""
+    from ..stats.thresholds import BiasThresholds
+
+    changes = {}
+    if getattr(args, "ulp_floor", None) is not None:
+        changes["ulp_floor"] = args.ulp_floor
+    if getattr(args, "bucket_wise_bias", False):
+        changes["profile_alpha"] = None
+    if base is None and not changes:
+        return None
+    return dataclasses.replace(base or BiasThresholds(), **changes)
 
 
 def check_run_options(args) -> str | None:

@@ -10,7 +10,7 @@ from ..results.gates import BIAS
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
 from ..stats.bias import (ATTRIBUTED_TO_REF, FAIL, IDENTICAL, SHARED_WITH_REF, UNTESTED, WARN, attribution_z,
-                          against_ref_profile, judge_buckets)
+                          against_ref_profile, judge_buckets, within_ref_profile)
 from ..stats.thresholds import BiasThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
@@ -65,6 +65,11 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         tests.append(judge_buckets(stat, count, mean, std, bucket_ulp, thresholds, horizon, prod_bias, ref_bias,
                                    prod_z))
     tests = tuple(tests)
+    # the profile rule (docs/method.md, "The working precision's own bias"): judged on the bucket-wise FAILs, it
+    # turns them into WARNs where they lie within ref's own bias profile on this output
+    profile = against_ref_profile(tests, thresholds)
+    if profile is not None and profile.within:
+        tests = within_ref_profile(tests)
 
     codes = np.max(np.stack([t.verdict for t in tests]), axis=0) if bucket_ulp.size else np.zeros(0)
     verdict = Verdict.FAIL if np.any(codes == FAIL) else Verdict.WARN if np.any(codes == WARN) else Verdict.PASS
@@ -98,8 +103,9 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
         buckets = int(np.sum(np.any(reasons == reason, axis=0))) if reasons.size else 0
         if buckets:
             diags.append(diagnostic(code, f"{buckets} buckets"))
-    profile = against_ref_profile(tests)
-    if profile is not None and profile.buckets:
+    if profile is not None and profile.within:
+        diags.append(diagnostic(Code.WITHIN_REF_PROFILE, _profile_words(profile)))
+    elif profile is not None and profile.buckets:
         diags.append(diagnostic(Code.FAIL_AGAINST_REF_PROFILE, _profile_words(profile)))
     if prod_dtype != dtype:
         declared = " (declared: Case.dtypes_may_differ)" if dtypes_may_differ else ""
@@ -151,5 +157,9 @@ def _profile_words(profile) -> str:
     span = f"{low:.3g}x" if low == high else f"{low:.3g}x to {high:.3g}x"
     n = profile.buckets
     swaps = [f"p = {p:.2g} ({statistic})" for statistic, p in profile.swap_p]
-    return (f"{n} bucket{'' if n == 1 else 's'}, {span} ref's own bias at the same rank; prod's profile more biased "
-            f"than ref's, bucket swaps: " + ", ".join(swaps))
+    words = (f"{n} bucket{'' if n == 1 else 's'}, {span} ref's own bias at the same rank; prod's profile more biased "
+             f"than ref's, bucket swaps: " + ", ".join(swaps))
+    kept = [why for why in map(profile.keeps_fail, profile.statistics) if why is not None]
+    if profile.within:
+        return words + f" (each p > {profile.alpha:g}, each ratio <= {profile.ratio_limit:g})"
+    return words + (f"; the FAIL stands: {'; '.join(dict.fromkeys(kept))}" if kept else "")

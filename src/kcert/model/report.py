@@ -12,7 +12,7 @@ from ..report.html import _COLOURS, _STYLE, _badge, _case
 from ..report.jsonio import to_dict
 from ..verdict import Verdict
 from .results import (ModelCertificate, ModuleRow, against_ref_profile, bias_effect, profile_swap_evidence,
-                      significant_bias, variance_bound)
+                      significant_bias, variance_bound, within_ref_profile)
 from .words import few
 
 SCHEMA = "kcert.model/1"
@@ -93,6 +93,7 @@ def row_dict(cert: ModelCertificate, row: ModuleRow) -> dict:
         "significant_bias_ulp": None if c is None else _number(significant_bias(c)),
         "ref_profile_ratio": None if c is None else _number(against_ref_profile(c)),
         "ref_profile_swap_p": None if c is None else _number(profile_swap_evidence(c)),
+        "within_ref_profile": None if c is None else within_ref_profile(c),
         "variance_u": None if c is None else _number(variance_bound(c)),
         "includes": list(cert.failing_descendants(row)) if row.verdict is Verdict.FAIL else [],
         "skipped_reason": row.skipped_reason, "notes": list(row.notes),

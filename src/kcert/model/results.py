@@ -79,6 +79,8 @@ class ModuleRow:
         if effect is not None:
             ratio, swap_p = against_ref_profile(cert), profile_swap_evidence(cert)
             against = [] if ratio is None else [f"{ratio:.2g}x ref's profile"]
+            if ratio is not None and within_ref_profile(cert):
+                against[0] = "within ref's profile: " + against[0]
             against += [] if swap_p is None else [f"swaps p {swap_p:.2g}"]
             parts.append(f"bias {effect:.2g} ULP" + (f" ({', '.join(against)})" if against else ""))
         u = variance_bound(cert)
@@ -119,13 +121,21 @@ def significant_bias(cert: Certificate) -> float | None:
 
 
 def against_ref_profile(cert: Certificate) -> float | None:
-    """The largest ratio, over the bias gate's FAILing buckets, of prod's own bias against the oracle to ref's own
-    bias at the same rank of its profile on that output (``BiasResult.ref_profile``); None when no bucket FAILs or
-    the run had no oracle. At or under 1, ref carries biases as large as every FAILing one elsewhere on the output
-    (docs/method.md, "The working precision's own bias")."""
+    """The largest ratio, over the buckets the bucket-wise rule FAILed (the profile rule may have judged them WARN),
+    of prod's own bias against the oracle to ref's own bias at the same rank of its profile on that output
+    (``BiasResult.ref_profile``); None when no bucket FAILs bucket-wise or the run had no oracle. At or under 1, ref
+    carries biases as large as every FAILing one elsewhere on the output (docs/method.md, "The working precision's
+    own bias")."""
     found = [b.ref_profile.highest_ratio for b in cert.bias
              if b.ref_profile is not None and b.ref_profile.highest_ratio is not None]
     return max(found) if found else None
+
+
+def within_ref_profile(cert: Certificate) -> bool:
+    """Whether the profile rule judged every bucket-wise bias FAIL of the row within ref's own bias profile (so the
+    bias gate WARNs where the bucket-wise rule FAILed); False when no bucket FAILed bucket-wise."""
+    found = [b.ref_profile for b in cert.bias if b.ref_profile is not None]
+    return bool(found) and all(e.within for e in found)
 
 
 def profile_swap_evidence(cert: Certificate) -> float | None:

@@ -160,6 +160,7 @@ class Significance:
     ulp_floor: float
     shared: int = 0  # of ref_bias: prod's own bias above the floor, but a part of ref's (same sign, no larger)
     critical: float | None = None  # the |z| significance needed at the run's R (None: z* itself)
+    within_profile: int = 0  # of warn: bucket-wise FAILs the profile rule judged within ref's own bias profile
 
     @property
     def passed(self) -> int:
@@ -173,7 +174,9 @@ class Significance:
                 f"mean(prod - ref), raw or sign-aligned; z* = {self.z_star:g} at this R)")
         if not self.significant:
             return head
-        parts = [f"{self.fail} FAIL", f"{self.warn} WARN"]
+        parts = [f"{self.fail} FAIL", f"{self.warn} WARN" + (
+            f" ({self.within_profile} a FAIL bucket by bucket, within ref's own bias profile)" if self.within_profile
+            else "")]
         within = self.ref_bias - self.shared
         if within:
             parts.append(f"{within} PASS as ref's own bias (prod's bias against the float64 oracle is within "
@@ -196,7 +199,7 @@ def significance(b: BiasResult) -> Significance:
     return Significance(int(significant.sum()), int((significant & (verdicts == FAIL)).sum()),
                         int((significant & (verdicts == WARN)).sum()), int((passed & to_ref).sum()),
                         b.thresholds.z_star, b.thresholds.ulp_floor, int((passed & b.shared_with_ref()).sum()),
-                        b.critical_z())
+                        b.critical_z(), int((significant & b.within_ref_profile()).sum()))
 
 
 def reconcile(bw: BitwiseResult, b: BiasResult | None) -> str:

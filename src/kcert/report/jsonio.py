@@ -48,7 +48,8 @@ def _bias(b: BiasResult) -> dict:
         "replicates": b.replicates,
         "horizon": b.horizon,
         "thresholds": {"z_star": b.thresholds.z_star, "ulp_floor": b.thresholds.ulp_floor, "s_min": b.s_min,
-                       "power": b.thresholds.power, "warn_below_floor": b.thresholds.warn_below_floor},
+                       "power": b.thresholds.power, "warn_below_floor": b.thresholds.warn_below_floor,
+                       "profile_alpha": b.thresholds.profile_alpha, "profile_ratio": b.thresholds.profile_ratio},
         "familywise_error_bound": number(b.familywise_error_bound),
         "min_detectable_effect": number(b.min_detectable_effect),
         "horizon_covered": number(b.horizon_covered),
@@ -61,9 +62,20 @@ def _bias(b: BiasResult) -> dict:
         "buckets": {"count": b.buckets, "labels": list(b.bucket_labels),
                     "reference_magnitude": numbers(b.reference_magnitude), "ulp": numbers(b.ulp)},
         "statistics": stats,
+        "ref_profile": _ref_profile(b.ref_profile),
         "findings": [_finding(f) for f in b.findings(limit=50)],
         "diagnostics": [d.to_dict() for d in b.diagnostics],
     }
+
+
+def _ref_profile(e) -> dict | None:
+    """The bucket-wise FAILs set against ref's own bias profile and the profile rule's decision (None: no FAIL)."""
+    if e is None:
+        return None
+    return {"buckets": e.buckets, "lowest_ratio": number(e.lowest_ratio), "highest_ratio": number(e.highest_ratio),
+            "within": e.within, "alpha": e.alpha, "ratio_limit": e.ratio_limit,
+            "statistics": [{"statistic": s.statistic, "tested": s.tested, "highest_ratio": number(s.highest_ratio),
+                            "swap_p": number(s.swap_p)} for s in e.statistics]}
 
 
 def _finding(f) -> dict:

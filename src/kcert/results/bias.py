@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnostics import Diagnostic
-from ..stats.bias import (FAIL, REASON_TEXT, REF_SIDE, SHARED_WITH_REF, WARN, BucketTestResult, RefProfileEvidence,
-                          ref_profile_ratio)
+from ..stats.bias import (FAIL, REASON_TEXT, REF_SIDE, SHARED_WITH_REF, WARN, WITHIN_REF_PROFILE, BucketTestResult,
+                          RefProfileEvidence, ref_profile_ratio)
 from ..stats.thresholds import BiasThresholds
 from ..verdict import Verdict
 
@@ -149,6 +149,10 @@ class BiasResult:
         """Per bucket: whether any statistic's PASS rests on prod's own bias (above the floor) being a part of
         ref's, in its direction and no larger."""
         return np.logical_or.reduce([t.reason == SHARED_WITH_REF for t in self.tests])
+
+    def within_ref_profile(self) -> np.ndarray:
+        """Per bucket: whether a statistic's bucket-wise FAIL was judged within ref's own bias profile (a WARN)."""
+        return np.logical_or.reduce([t.reason == WITHIN_REF_PROFILE for t in self.tests])
 
     def signed_effect_ulp(self, test: BucketTestResult) -> np.ndarray:
         """One statistic's signed mean per bucket in the bucket's ULP (NaN where the ULP is not positive);

@@ -23,6 +23,11 @@ Rules, per bucket and statistic:
   bias is a bias ref carries too (the working precision's, e.g. a gradient made by cancellation);
 - WARN when otherwise significant (|z| > z*) but under the effect or ULP floor;
 - PASS otherwise: "not detected", never "proved equal".
+Then, per output (:func:`against_ref_profile`, the profile rule): its bucket-wise FAILs become WARNs where they lie
+within ref's own bias profile on the output (the swap test does not reject and no FAILing bucket is beyond lambda
+times ref's own bias at its rank; at least log2(1 / alpha) tested buckets): the working precision's rounding bias,
+which two equally correct implementations carry on different buckets where few distinct inputs make it reach the
+floor.
 s == 0 is its own case: all differences identical; zero mean is PASS, a non-zero constant is
 a bias with no noise, judged by the ULP floor alone.
 Without an oracle there is no attribution and the rules are the report's.
@@ -30,6 +35,7 @@ Without an oracle there is no attribution and the rules are the report's.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +55,7 @@ IDENTICAL = 5
 UNTESTED = 6
 PROD_UNDER_FLOOR = 7
 SHARED_WITH_REF = 8
+WITHIN_REF_PROFILE = 9  # a bucket-wise FAIL of an output whose FAILs lie within ref's own bias profile: WARN
 REF_SIDE = (ATTRIBUTED_TO_REF, SHARED_WITH_REF)  # a significant bias judged ref's, not prod's: PASS
 REASON_TEXT = {
     NOT_SIGNIFICANT: "not significant",
@@ -62,6 +69,9 @@ REASON_TEXT = {
     PROD_UNDER_FLOOR: "above the floor against ref, but prod's own bias against the oracle is under the ULP floor",
     SHARED_WITH_REF: "significant, but shared: prod's own bias against the oracle is above the floor, in ref's "
                      "direction and no larger than ref's",
+    WITHIN_REF_PROFILE: "coherent bias, but within ref's own bias profile on this output: prod's profile no more "
+                        "biased than ref's by the swap test, and no bucket's own bias more than lambda times ref's at "
+                        "the same rank",
 }
 # Their names in the JSON report (docs/json-schema.md, "bias"): the constants' names in lower case.
 REASON_CODE = {
@@ -74,6 +84,7 @@ REASON_CODE = {
     UNTESTED: "untested",
     PROD_UNDER_FLOOR: "prod_under_floor",
     SHARED_WITH_REF: "shared_with_ref",
+    WITHIN_REF_PROFILE: "within_ref_profile",
 }
 
 
@@ -204,7 +215,7 @@ def rank_matched_ref_bias(prod_bias_ulp: np.ndarray, ref_bias_ulp: np.ndarray, t
     prod's profile over the output's tested buckets: for the bucket with prod's k-th largest own bias, ref's
     k-th largest (NaN where prod's is not finite or untested; 0 past ref's finite buckets).
 
-    Informational, not a rule (docs/method.md, "Gate 2", "The working precision's own bias"). The gate compares
+    One of the profile rule's two figures (docs/method.md, "Gate 2", "The working precision's own bias"). The gate compares
     the two sides bucket by bucket; two equally correct roundings of one computation put their rounding biases
     on different buckets, so where the data make those biases reach the floor one side FAILs on buckets the
     other left alone. The ratio of prod's own bias to this value says whether prod's profile is beyond ref's
@@ -234,20 +245,53 @@ def ref_profile_ratio(test: BucketTestResult) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class StatisticProfile:
+    """One statistic's FAILing buckets against ref's own bias profile on an output."""
+
+    statistic: str
+    tested: int  # the output's tested buckets under this statistic
+    highest_ratio: float  # the largest ratio over its FAILing buckets (NaN/inf where one has no finite ratio)
+    swap_p: float  # profile_swap_p over the tested buckets
+
+
+@dataclass(frozen=True)
 class RefProfileEvidence:
     """An output's FAILing buckets set against ref's own bias profile (docs/method.md, "The working precision's own
-    bias"): informational, the verdict stays the bucket-wise one."""
+    bias"), and whether the profile rule turned its FAIL into a WARN (``within``)."""
 
     buckets: int  # FAILing buckets with a finite ratio, a bucket FAILing on both statistics counted once
     lowest_ratio: float | None  # over those buckets, each at its larger ratio (None: no finite ratio)
     highest_ratio: float | None
-    swap_p: tuple[tuple[str, float], ...]  # (statistic, profile_swap_p) for each statistic with a FAILing bucket
+    statistics: tuple[StatisticProfile, ...] = ()  # each statistic with a FAILing bucket
+    within: bool = False  # the rule (BiasThresholds.profile_alpha) judged the FAILs within ref's profile: WARN
+    alpha: float | None = None  # the rule's level, ratio and fewest buckets it was judged at (None: the rule was off)
+    ratio_limit: float | None = None
+    min_buckets: int | None = None
+
+    @property
+    def swap_p(self) -> tuple[tuple[str, float], ...]:
+        """(statistic, profile_swap_p) for each statistic with a FAILing bucket."""
+        return tuple((s.statistic, s.swap_p) for s in self.statistics)
+
+    def keeps_fail(self, s: StatisticProfile) -> str | None:
+        """Why statistic ``s`` keeps the output's FAIL under the rule (None: it does not)."""
+        if self.alpha is None:
+            return "the rule is off"
+        if s.tested < self.min_buckets:
+            return f"{s.tested} tested buckets, too few for the swap test to reach p <= {self.alpha:g}"
+        if not s.swap_p > self.alpha:
+            return f"swap test p = {s.swap_p:.2g} <= {self.alpha:g} ({s.statistic})"
+        if not s.highest_ratio <= self.ratio_limit:
+            return f"a bucket at {s.highest_ratio:.3g}x ref's own bias at its rank > {self.ratio_limit:g} ({s.statistic})"
+        return None
 
 
-def against_ref_profile(tests) -> RefProfileEvidence | None:
+def against_ref_profile(tests, thresholds: BiasThresholds | None = None) -> RefProfileEvidence | None:
     """The ratios (:func:`ref_profile_ratio`) of one output's FAILing buckets and the swap test
-    (:func:`profile_swap_p`) of each statistic that has one; None when no bucket FAILs or there is no
-    attribution. Computed once per judged output (kcert.gates.bias), read by the diagnostic and the reports."""
+    (:func:`profile_swap_p`) of each statistic that has one, and the profile rule's decision under ``thresholds``
+    (``profile_alpha``, ``profile_ratio``; None: the rule off): ``within`` when every FAILing statistic has
+    attribution, enough tested buckets, p > alpha and no FAILing bucket above lambda times ref's at its rank.
+    None when no bucket FAILs or there is no attribution. Computed once per judged output (kcert.gates.bias)."""
     attributed = [t for t in tests if t.prod_bias_ulp is not None and t.ref_bias_ulp is not None]
     failing_tests = [t for t in attributed if np.any(t.verdict == FAIL)]
     if not failing_tests:
@@ -255,13 +299,34 @@ def against_ref_profile(tests) -> RefProfileEvidence | None:
     ratios = np.stack([np.where(t.verdict == FAIL, ref_profile_ratio(t), np.nan) for t in attributed])
     failing = np.any(~np.isnan(ratios), axis=0)
     worst = np.nanmax(ratios[:, failing], axis=0) if failing.any() else np.zeros(0)
-    return RefProfileEvidence(
+    statistics = []
+    for t in failing_tests:
+        ratio = ref_profile_ratio(t)[t.verdict == FAIL]
+        highest = float(np.nan if np.any(np.isnan(ratio)) else ratio.max())  # NaN keeps the FAIL: no ratio to judge
+        statistics.append(StatisticProfile(statistic=t.statistic, tested=t.tested, highest_ratio=highest,
+                                           swap_p=profile_swap_p(t.prod_bias_ulp, t.ref_bias_ulp, t.count >= 2)))
+    alpha = None if thresholds is None else thresholds.profile_alpha
+    evidence = RefProfileEvidence(
         buckets=int(failing.sum()),
         lowest_ratio=float(worst.min()) if worst.size else None,
         highest_ratio=float(worst.max()) if worst.size else None,
-        swap_p=tuple((t.statistic, profile_swap_p(t.prod_bias_ulp, t.ref_bias_ulp, t.count >= 2))
-                     for t in failing_tests),
+        statistics=tuple(statistics),
+        alpha=alpha,
+        ratio_limit=None if alpha is None else thresholds.profile_ratio,
+        min_buckets=None if alpha is None else thresholds.profile_min_buckets,
     )
+    # every FAILing statistic must be attributed: a FAIL without the oracle's split has no profile to judge
+    unattributed = any(np.any(t.verdict == FAIL) for t in tests if all(t is not a for a in attributed))
+    within = alpha is not None and not unattributed and all(evidence.keeps_fail(s) is None for s in statistics)
+    return dataclasses.replace(evidence, within=within)
+
+
+def within_ref_profile(tests):
+    """``tests`` with every FAILing bucket turned into a WARN for the reason WITHIN_REF_PROFILE (the profile
+    rule's verdict, :func:`against_ref_profile`'s ``within``)."""
+    return tuple(dataclasses.replace(t, verdict=np.where(t.verdict == FAIL, WARN, t.verdict).astype(t.verdict.dtype),
+                                     reason=np.where(t.verdict == FAIL, WITHIN_REF_PROFILE, t.reason).astype(t.reason.dtype))
+                 for t in tests)
 
 
 # the swaps drawn for profile_swap_p (a p-value's resolution is 1 / (PROFILE_SWAPS + 1)); below 2**G of them
@@ -279,8 +344,10 @@ def profile_swap_p(prod_bias_ulp: np.ndarray, ref_bias_ulp: np.ndarray, tested: 
     at most ``swaps``, exactly; else ``swaps`` of them drawn from ``seed``, p = (k + 1) / (swaps + 1)). Paired by
     bucket, the test sees a prod that is more biased than ref on many buckets even where its largest bias is
     only a few times ref's; a prod less biased than ref (a single rounding against a double) gives p near 1.
-    NaN when no bucket has both biases finite. Informational, not a rule (docs/method.md, "The working
-    precision's own bias"); the buckets' exchangeability is the assumption."""
+    NaN when no bucket has both biases finite. The buckets' exchangeability is the assumption. Blind to a
+    defect on few buckets: with k buckets far above everything else p is about 2**-k whatever their size, so
+    the profile rule (:func:`against_ref_profile`) also bounds the FAILing buckets' ratio to ref's profile
+    (docs/method.md, "The working precision's own bias")."""
     tested = np.asarray(tested, bool)
     prod = np.abs(np.asarray(prod_bias_ulp, np.float64))
     ref = np.abs(np.asarray(ref_bias_ulp, np.float64))

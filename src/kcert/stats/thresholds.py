@@ -8,6 +8,7 @@ why") says where each default comes from.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import ParameterError
@@ -37,6 +38,16 @@ class BiasThresholds:
     shared_bias : bool, default True
         With attribution: prod's own bias above c that lies in ref's direction and is no larger than ref's is
         a bias both sides carry (the working precision's), not prod's defect; False FAILs it (the rule before).
+    profile_alpha : float or None, default 0.01
+        With attribution: an output's bias FAIL becomes a WARN when it lies within ref's own bias profile on the
+        output: on every statistic with a FAILing bucket, the swap test (:func:`kcert.stats.bias.profile_swap_p`)
+        does not reject at this level and no FAILing bucket's own bias exceeds ``profile_ratio`` times ref's at
+        the same rank; outputs with fewer than log2(1 / alpha) tested buckets (7 at 0.01) keep the bucket-wise
+        verdict. None keeps every bucket-wise FAIL (docs/method.md, "The working precision's own bias").
+    profile_ratio : float, default 2.0
+        lambda of ``profile_alpha``'s rule: a FAILing bucket whose own bias is more than this many times ref's at
+        the same rank of its profile keeps the output's FAIL, whatever the swap test says (a defect on a few
+        buckets, which the swap test cannot see).
     warn_below_floor : bool, default True
         A significant bias under the ULP floor (or prod's own under it) WARNs, the report's rule. False
         PASSes it (its bucket is still reported): for a floor at the harm unit itself, where a bias
@@ -63,6 +74,19 @@ class BiasThresholds:
     warn_below_floor: bool = True
     # prod moved from ref towards the oracle without crossing it: what is left of its own bias ref has too
     shared_bias: bool = True
+    # a FAIL within ref's own bias profile WARNs: the working precision's rounding bias on few distinct inputs,
+    # which two equally correct implementations carry on different buckets (docs/method.md, "The working
+    # precision's own bias": the rule, written before it was tested, and its evidence)
+    profile_alpha: float | None = 0.01
+    profile_ratio: float = 2.0
+
+    @property
+    def profile_min_buckets(self) -> int | None:
+        """The fewest tested buckets at which the swap test can reject at ``profile_alpha`` (2**-G <= alpha): an
+        output with fewer keeps the bucket-wise verdict. None when the rule is off."""
+        if self.profile_alpha is None:
+            return None
+        return max(1, math.ceil(math.log2(1.0 / self.profile_alpha) - 1e-12))
 
     def s_min(self, horizon: float) -> float:
         if self.min_standardized_effect is not None:
