@@ -240,12 +240,13 @@ def _gate(prod_ulp, ref_ulp, replicates=1024, thresholds=None):
                   thresholds or BiasThresholds(), T, True)
 
 
-def test_a_fail_is_set_against_refs_own_bias_profile_without_changing_the_verdict():
+def test_a_fail_is_set_against_refs_own_bias_profile():
     from kcert.diagnostics import Code, raised
 
     # prod's own 0.4 ULP on bucket 0 FAILs bucket by bucket (ref's there: -0.05, other sign); ref carries
-    # 0.5 ULP on buckets 1 and 2, where prod is within the floor (attributed to ref)
-    within = _gate([0.4, 0.05, 0.05, 0.0], [-0.05, 0.5, -0.5, 0.0])
+    # 0.5 ULP on buckets 1 and 2, where prod is within the floor (attributed to ref). The figures as they are
+    # with the profile rule off (with it, this 4-bucket output is within ref's profile: the tests below)
+    within = _gate([0.4, 0.05, 0.05, 0.0], [-0.05, 0.5, -0.5, 0.0], thresholds=BiasThresholds(profile_alpha=None))
     assert within.verdict.value == "FAIL"
     profile = [d for d in within.diagnostics if d.code == Code.FAIL_AGAINST_REF_PROFILE]
     assert len(profile) == 1 and "1 bucket, 0.8x ref's own bias at the same rank" in profile[0].message
@@ -347,13 +348,18 @@ def test_a_prod_more_biased_on_many_buckets_keeps_its_fail_through_the_swap_test
     assert "the FAIL stands: swap test p = 0.0001 <= 0.01" in said["fail_against_ref_profile"]
 
 
-def test_an_output_with_too_few_buckets_keeps_the_bucket_wise_verdict():
-    # 6 buckets: no swap test can reach p <= 0.01 (2**-6 = 0.016)
-    result, said = _profile([0.4] + [0.05] * 5, [-0.05, 0.5, -0.5, 0.04, 0.04, 0.04])
+def test_an_output_with_too_few_buckets_for_the_swap_test_is_judged_by_its_ratios():
+    # 6 buckets: no swap test can reach p <= 0.01 (2**-6 = 0.016). prod's 0.4 ULP against ref's largest 0.5: no
+    # more biased than ref at its rank (0.8x), a WARN; the same bucket against ref's 0.3 (1.33x) keeps the FAIL
     assert BiasThresholds().profile_min_buckets == 7 and BiasThresholds(profile_alpha=0.05).profile_min_buckets == 5
-    assert result.verdict.value == "FAIL" and "6 tested buckets, too few" in said["fail_against_ref_profile"]
-    # the same output with a seventh bucket WARNs
-    assert _profile([0.4] + [0.05] * 6, [-0.05, 0.5, -0.5, 0.04, 0.04, 0.04, 0.04])[0].verdict.value == "WARN"
+    within, said = _profile([0.4] + [0.05] * 5, [-0.05, 0.5, -0.5, 0.04, 0.04, 0.04])
+    assert within.verdict.value == "WARN" and "within_ref_profile" in said
+    beyond, said = _profile([0.4] + [0.05] * 5, [-0.05, 0.3, -0.3, 0.04, 0.04, 0.04])
+    assert beyond.verdict.value == "FAIL"
+    assert "6 tested buckets (too few for the swap test) and a bucket at 1.33x" in said["fail_against_ref_profile"]
+    # a one-bucket output (a loss): prod overshoots float64 by less than ref undershoots it: WARN; by more: FAIL
+    assert _profile([-0.4], [0.5])[0].verdict.value == "WARN"
+    assert _profile([-0.6], [0.5])[0].verdict.value == "FAIL"
 
 
 def test_a_kernel_wrong_on_its_last_partial_tile_keeps_its_fail():

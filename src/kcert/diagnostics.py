@@ -85,8 +85,9 @@ CATALOGUE = {
     ),
     Code.FAIL_AGAINST_REF_PROFILE: (
         "FAILing buckets set against ref's own bias profile: prod's own bias against the oracle there, over ref's "
-        "own bias at the same rank of its profile on this output; the FAIL stands where the swap test rejects, a "
-        "bucket exceeds the ratio limit or the output has too few buckets",
+        "own bias at the same rank of its profile on this output; the FAIL stands where the swap test rejects or a "
+        "bucket exceeds the ratio limit (on an output too small for the swap test: a bucket exceeds ref's at its "
+        "rank)",
         "far above 1, a bias beyond any ref carries: a migration defect; near 1 with a small p, prod carries "
         "more bias than ref over many buckets; the FAIL is prod's (docs/method.md, \"The working precision's own "
         "bias\")",

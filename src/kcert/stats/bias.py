@@ -25,9 +25,9 @@ Rules, per bucket and statistic:
 - PASS otherwise: "not detected", never "proved equal".
 Then, per output (:func:`against_ref_profile`, the profile rule): its bucket-wise FAILs become WARNs where they lie
 within ref's own bias profile on the output (the swap test does not reject and no FAILing bucket is beyond lambda
-times ref's own bias at its rank; at least log2(1 / alpha) tested buckets): the working precision's rounding bias,
-which two equally correct implementations carry on different buckets where few distinct inputs make it reach the
-floor.
+times ref's own bias at its rank; on fewer than log2(1 / alpha) tested buckets, no FAILing bucket above ref's own
+bias at its rank): the working precision's rounding bias, which two equally correct implementations carry on
+different buckets where few distinct inputs make it reach the floor.
 s == 0 is its own case: all differences identical; zero mean is PASS, a non-zero constant is
 a bias with no noise, judged by the ULP floor alone.
 Without an oracle there is no attribution and the rules are the report's.
@@ -244,6 +244,12 @@ def ref_profile_ratio(test: BucketTestResult) -> np.ndarray:
         return np.abs(test.prod_bias_ulp) / matched
 
 
+# On an output of fewer buckets than the swap test needs, the profile rule asks every FAILing bucket's own bias to
+# be at most this many times ref's at the same rank: prod no more biased than ref at any rank of the profile
+# (docs/method.md, "The working precision's own bias": outputs of fewer than 7 buckets).
+FEW_BUCKETS_RATIO = 1.0
+
+
 @dataclass(frozen=True)
 class StatisticProfile:
     """One statistic's FAILing buckets against ref's own bias profile on an output."""
@@ -277,8 +283,11 @@ class RefProfileEvidence:
         """Why statistic ``s`` keeps the output's FAIL under the rule (None: it does not)."""
         if self.alpha is None:
             return "the rule is off"
-        if s.tested < self.min_buckets:
-            return f"{s.tested} tested buckets, too few for the swap test to reach p <= {self.alpha:g}"
+        if s.tested < self.min_buckets:  # no swap test can reach alpha: prod no more biased than ref at every rank
+            if s.highest_ratio <= FEW_BUCKETS_RATIO:
+                return None
+            return (f"{s.tested} tested buckets (too few for the swap test) and a bucket at {s.highest_ratio:.3g}x "
+                    f"ref's own bias at its rank > {FEW_BUCKETS_RATIO:g} ({s.statistic})")
         if not s.swap_p > self.alpha:
             return f"swap test p = {s.swap_p:.2g} <= {self.alpha:g} ({s.statistic})"
         if not s.highest_ratio <= self.ratio_limit:
@@ -290,7 +299,8 @@ def against_ref_profile(tests, thresholds: BiasThresholds | None = None) -> RefP
     """The ratios (:func:`ref_profile_ratio`) of one output's FAILing buckets and the swap test
     (:func:`profile_swap_p`) of each statistic that has one, and the profile rule's decision under ``thresholds``
     (``profile_alpha``, ``profile_ratio``; None: the rule off): ``within`` when every FAILing statistic has
-    attribution, enough tested buckets, p > alpha and no FAILing bucket above lambda times ref's at its rank.
+    attribution and either p > alpha with no FAILing bucket above lambda times ref's at its rank or, on an output
+    too small for the swap test, no FAILing bucket above ref's own bias at its rank (:data:`FEW_BUCKETS_RATIO`).
     None when no bucket FAILs or there is no attribution. Computed once per judged output (kcert.gates.bias)."""
     attributed = [t for t in tests if t.prod_bias_ulp is not None and t.ref_bias_ulp is not None]
     failing_tests = [t for t in attributed if np.any(t.verdict == FAIL)]

@@ -42,8 +42,9 @@ class BiasThresholds:
         With attribution: an output's bias FAIL becomes a WARN when it lies within ref's own bias profile on the
         output: on every statistic with a FAILing bucket, the swap test (:func:`kcert.stats.bias.profile_swap_p`)
         does not reject at this level and no FAILing bucket's own bias exceeds ``profile_ratio`` times ref's at
-        the same rank; outputs with fewer than log2(1 / alpha) tested buckets (7 at 0.01) keep the bucket-wise
-        verdict. None keeps every bucket-wise FAIL (docs/method.md, "The working precision's own bias").
+        the same rank; on outputs with fewer than log2(1 / alpha) tested buckets (7 at 0.01), too few for the swap
+        test, when no FAILing bucket's own bias exceeds ref's at the same rank. None keeps every bucket-wise FAIL
+        (docs/method.md, "The working precision's own bias").
     profile_ratio : float, default 2.0
         lambda of ``profile_alpha``'s rule: a FAILing bucket whose own bias is more than this many times ref's at
         the same rank of its profile keeps the output's FAIL, whatever the swap test says (a defect on a few
@@ -83,7 +84,7 @@ class BiasThresholds:
     @property
     def profile_min_buckets(self) -> int | None:
         """The fewest tested buckets at which the swap test can reject at ``profile_alpha`` (2**-G <= alpha): an
-        output with fewer keeps the bucket-wise verdict. None when the rule is off."""
+        output with fewer is judged by its ratios alone. None when the rule is off."""
         if self.profile_alpha is None:
             return None
         return max(1, math.ceil(math.log2(1.0 / self.profile_alpha) - 1e-12))
