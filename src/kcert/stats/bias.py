@@ -71,7 +71,7 @@ REASON_TEXT = {
                      "direction and no larger than ref's",
     WITHIN_REF_PROFILE: "coherent bias, but within ref's own bias profile on this output: prod's profile no more "
                         "biased than ref's by the swap test, and no bucket's own bias more than lambda times ref's at "
-                        "the same rank",
+                        "the same rank (on an output too small for the swap test: none above ref's at its rank)",
 }
 # Their names in the JSON report (docs/json-schema.md, "bias"): the constants' names in lower case.
 REASON_CODE = {
@@ -215,8 +215,8 @@ def rank_matched_ref_bias(prod_bias_ulp: np.ndarray, ref_bias_ulp: np.ndarray, t
     prod's profile over the output's tested buckets: for the bucket with prod's k-th largest own bias, ref's
     k-th largest (NaN where prod's is not finite or untested; 0 past ref's finite buckets).
 
-    One of the profile rule's two figures (docs/method.md, "Gate 2", "The working precision's own bias"). The gate compares
-    the two sides bucket by bucket; two equally correct roundings of one computation put their rounding biases
+    One of the profile rule's two figures (docs/method.md, "Gate 2", "The working precision's own bias"). The gate
+    compares the two sides bucket by bucket; two equally correct roundings of one computation put their rounding biases
     on different buckets, so where the data make those biases reach the floor one side FAILs on buckets the
     other left alone. The ratio of prod's own bias to this value says whether prod's profile is beyond ref's
     (a ratio far above 1) or ref carries as much at the same rank (near or below 1)."""
@@ -291,7 +291,8 @@ class RefProfileEvidence:
         if not s.swap_p > self.alpha:
             return f"swap test p = {s.swap_p:.2g} <= {self.alpha:g} ({s.statistic})"
         if not s.highest_ratio <= self.ratio_limit:
-            return f"a bucket at {s.highest_ratio:.3g}x ref's own bias at its rank > {self.ratio_limit:g} ({s.statistic})"
+            return (f"a bucket at {s.highest_ratio:.3g}x ref's own bias at its rank > {self.ratio_limit:g} "
+                    f"({s.statistic})")
         return None
 
 
@@ -334,9 +335,12 @@ def against_ref_profile(tests, thresholds: BiasThresholds | None = None) -> RefP
 def within_ref_profile(tests):
     """``tests`` with every FAILing bucket turned into a WARN for the reason WITHIN_REF_PROFILE (the profile
     rule's verdict, :func:`against_ref_profile`'s ``within``)."""
-    return tuple(dataclasses.replace(t, verdict=np.where(t.verdict == FAIL, WARN, t.verdict).astype(t.verdict.dtype),
-                                     reason=np.where(t.verdict == FAIL, WITHIN_REF_PROFILE, t.reason).astype(t.reason.dtype))
-                 for t in tests)
+    out = []
+    for t in tests:
+        failing = t.verdict == FAIL
+        out.append(dataclasses.replace(t, verdict=np.where(failing, WARN, t.verdict).astype(t.verdict.dtype),
+                                       reason=np.where(failing, WITHIN_REF_PROFILE, t.reason).astype(t.reason.dtype)))
+    return tuple(out)
 
 
 # the swaps drawn for profile_swap_p (a p-value's resolution is 1 / (PROFILE_SWAPS + 1)); below 2**G of them
