@@ -10,7 +10,7 @@ from ..results.gates import BIAS
 from ..execution.accumulator import OutputAccumulator
 from ..stats import power
 from ..stats.bias import (ATTRIBUTED_TO_REF, FAIL, IDENTICAL, SHARED_WITH_REF, UNTESTED, WARN, attribution_z,
-                          against_ref_profile, judge_buckets, within_ref_profile)
+                          against_ref_profile, judge_buckets, warn_within_ref_profile)
 from ..stats.thresholds import BiasThresholds
 from ..stats.ulp import ulp
 from ..verdict import Verdict
@@ -69,7 +69,7 @@ def _judge(output, dtype, prod_dtype, labels, moments, replicates, nonfinite, th
     # turns them into WARNs where they lie within ref's own bias profile on this output
     profile = against_ref_profile(tests, thresholds)
     if profile is not None and profile.within:
-        tests = within_ref_profile(tests)
+        tests = warn_within_ref_profile(tests)
 
     codes = np.max(np.stack([t.verdict for t in tests]), axis=0) if bucket_ulp.size else np.zeros(0)
     verdict = Verdict.FAIL if np.any(codes == FAIL) else Verdict.WARN if np.any(codes == WARN) else Verdict.PASS

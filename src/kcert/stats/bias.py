@@ -311,8 +311,10 @@ def against_ref_profile(tests, thresholds: BiasThresholds | None = None) -> RefP
     failing = np.any(~np.isnan(ratios), axis=0)
     worst = np.nanmax(ratios[:, failing], axis=0) if failing.any() else np.zeros(0)
     statistics = []
-    for t in failing_tests:
-        ratio = ref_profile_ratio(t)[t.verdict == FAIL]
+    for t, row in zip(attributed, ratios):  # row: the statistic's ratios, NaN off its FAILing buckets
+        if not np.any(t.verdict == FAIL):
+            continue
+        ratio = row[t.verdict == FAIL]
         highest = float(np.nan if np.any(np.isnan(ratio)) else ratio.max())  # NaN keeps the FAIL: no ratio to judge
         statistics.append(StatisticProfile(statistic=t.statistic, tested=t.tested, highest_ratio=highest,
                                            swap_p=profile_swap_p(t.prod_bias_ulp, t.ref_bias_ulp, t.count >= 2)))
@@ -327,12 +329,12 @@ def against_ref_profile(tests, thresholds: BiasThresholds | None = None) -> RefP
         min_buckets=None if alpha is None else thresholds.profile_min_buckets,
     )
     # every FAILing statistic must be attributed: a FAIL without the oracle's split has no profile to judge
-    unattributed = any(np.any(t.verdict == FAIL) for t in tests if all(t is not a for a in attributed))
+    unattributed = any(np.any(t.verdict == FAIL) for t in tests if t.prod_bias_ulp is None or t.ref_bias_ulp is None)
     within = alpha is not None and not unattributed and all(evidence.keeps_fail(s) is None for s in statistics)
     return dataclasses.replace(evidence, within=within)
 
 
-def within_ref_profile(tests):
+def warn_within_ref_profile(tests):
     """``tests`` with every FAILing bucket turned into a WARN for the reason WITHIN_REF_PROFILE (the profile
     rule's verdict, :func:`against_ref_profile`'s ``within``)."""
     out = []
