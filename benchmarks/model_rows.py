@@ -13,7 +13,9 @@ pair with a vocabulary of V tokens instead of the zoo's 512 (docs/model.md, "Stu
 comes from the few fixed embedding rows a small vocabulary gives every norm); the zoo draws its weights in one
 seeded stream, so another vocabulary also changes the weights drawn after the embedding table: a verdict that
 moves with it is consistent with the vocabulary's bias, not a proof of it. ``--seed S`` draws the models' weights
-and kcert's replicates from S instead of 0 (the profile rule's test on other models, docs/method.md). Each output
+and kcert's replicates from S instead of 0 (the profile rule's test on other models, docs/method.md).
+``--max-replicates M`` lets the variance gate's looks go on to M replicates (kcert's default stops at 4R): whether
+a WARN held back for lack of evidence settles with more (docs/model.md, "Settling a variance WARN"). Each output
 whose bias gate FAILs bucket by bucket prints its profile evidence: per FAILing statistic the tested buckets, the
 largest ratio to ref's profile, the swap test's p, and whether the profile rule judged it within ref's profile.
 """
@@ -41,6 +43,8 @@ def main() -> None:
     p.add_argument("--findings-shown", type=int, default=8, help="at most this many findings per output")
     p.add_argument("--vocab", type=int, default=model_zoo.VOCAB, help="the models' vocabulary (default: the zoo's)")
     p.add_argument("--seed", type=int, default=0, help="the models' weights and kcert's seed (default 0, the study's)")
+    p.add_argument("--max-replicates", type=int, default=None,
+                   help="the variance gate's looks up to M replicates (default kcert's, 4R)")
     args = p.parse_args()
     model_zoo.use_vocab(args.vocab)
     torch.set_num_threads(1)
@@ -48,7 +52,8 @@ def main() -> None:
     ref, prod = model_zoo.models(pair, args.seed)
     start = time.perf_counter()
     cert = kcert.certify_model(ref, prod, model_zoo.inputs(pair.arch), modules=kcert.Modules(names=args.modules.split(",")),
-                               backward=args.backward, end_to_end=False, seed=args.seed)
+                               backward=args.backward, end_to_end=False, seed=args.seed,
+                               max_replicates=args.max_replicates)
     wall = time.perf_counter() - start
     rows = [{"module": r.module, "direction": r.direction, "verdict": r.verdict.value, "gate": r.deciding_gate,
              "figure": r.figure, "replicates": r.certificate.provenance.replicates if r.certificate else None} for r in cert.rows]
@@ -62,6 +67,12 @@ def main() -> None:
                                   for x in e.statistics)
                 judged = "within ref's profile (WARN)" if e.within else "the FAIL stands"
                 print(f"    profile: {bias.output}: {judged}; {stats}")
+        for v in row.certificate.variance if row.certificate is not None else ():
+            if v.verdict.value != "PASS" and v.interval is not None:
+                iv, paired = v.interval, "-" if v.paired is None else f"{v.paired.ratio_upper:.3g}"
+                held = ", ".join(d.code for d in v.diagnostics) or "-"
+                print(f"    variance: {v.output}: {v.verdict.value} at {v.replicates} replicates; U {iv.upper:.3g}, one "
+                      f"shape per side {iv.separate_upper:.3g}, through the pairs {paired}; {held}")
         if args.findings and row.certificate is not None:
             for bias in row.certificate.bias:
                 for f in bias.findings()[:args.findings_shown]:
