@@ -14,7 +14,7 @@ backward on, on this machine's CPU, with the split of the wall time:
   over it, and the median row over it.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_cost.py [--replicates 1024] \\
-        [--no-share | --compare] [--no-backward] [--leaves] [--json benchmarks/data/model_cost.json]
+        [--no-share | --compare] [--no-backward] [--leaves] [--max-replicates M] [--json benchmarks/data/model_cost.json]
 
 Under ``torchrun --nproc-per-node N`` (both cores of this machine: N = 2) every rank runs the same rows and
 shares each row's replicates (``--shard replicates``, the default, as ``kcert model``'s), or takes whole rows
@@ -67,7 +67,8 @@ class RecordingTimer:
 
 
 def model_run(replicates: int, seed: int, share: bool = True, backward: bool = True, quiet: bool = False,
-              reuse: bool = True, leaves: bool = False, shard: str = "replicates") -> dict:
+              reuse: bool = True, leaves: bool = False, shard: str = "replicates",
+              max_replicates: int | None = None) -> dict:
     from kcert.model import cases as model_cases, engine as model_engine, record as model_record, store
 
     model_engine.SHARE_RECORDINGS = share
@@ -95,7 +96,7 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
     try:
         cert = kcert.certify_model(ref, prod, model_zoo.inputs(p.arch), loss=model_zoo.lm_loss, backward=backward,
                                    modules=kcert.Modules(leaves=True) if leaves else None, name=p.name, replicates=replicates, seed=seed, on_event=on_event,
-                                   shard=shard)
+                                   shard=shard, max_replicates=max_replicates)
     finally:
         timer.restore()
         handle.remove()
@@ -164,6 +165,8 @@ def main(argv=None) -> None:
     ap.add_argument("--shard", choices=("replicates", "rows"), default="replicates",
                     help="under torchrun, what the ranks share (certify_model's shard=; with rows the split is rank "
                          "0's rows only, the total the whole run's)")
+    ap.add_argument("--max-replicates", type=int, default=None,
+                    help="the variance gate's looks up to M replicates (default kcert's, 4R)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -186,10 +189,11 @@ def _measure(args, comm) -> None:
         modes = modes[::-1] if args.shared_first else modes
     else:
         modes = [("alone" if args.no_share else "shared", not args.no_share, not args.no_reuse)]
-    runs = {label: model_run(args.replicates, args.seed, share, args.backward, quiet, reuse, args.leaves, args.shard)
+    runs = {label: model_run(args.replicates, args.seed, share, args.backward, quiet, reuse, args.leaves, args.shard,
+                             args.max_replicates)
             for label, share, reuse in modes}
     load = os.getloadavg()
-    out = {"replicates": args.replicates, "seed": args.seed, "torch": torch.__version__, "ranks": comm.world,
+    out = {"replicates": args.replicates, "max_replicates": args.max_replicates, "seed": args.seed, "torch": torch.__version__, "ranks": comm.world,
            "backward": args.backward,
            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "threads": torch.get_num_threads(), "load_average": load, "host": host.describe(), "model": runs,

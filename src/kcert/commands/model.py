@@ -136,6 +136,9 @@ def run(args) -> int:
             report.render(cert, streams.out)
         else:
             streams.out.print(report.headline(cert), highlight=False, markup=False, soft_wrap=True)
+        hint = _settle_hint(args, cert)
+        if hint:
+            streams.note(hint)
 
     clock = Clock(args.max_time)  # --max-time bounds the whole command: every pair, every row
 
@@ -155,6 +158,27 @@ def run(args) -> int:
     written = not certs or session.write((("json", None, lambda: report.dumps(certs) + "\n"),
                                           ("html", None, lambda: report.render_html(certs))))
     return exit_code(outcomes, written)[0]
+
+
+def _settle_hint(args, cert) -> str | None:
+    """The command that lets the looks of the rows WARNing only for lack of evidence go on (their variance gate
+    held a U under the PASS line back at its last look: docs/model.md, "Settling a variance WARN"), or None."""
+    from argparse import Namespace
+
+    from ..model.results import variance_held_back
+
+    held = [(r, variance_held_back(r.certificate)) for r in cert.rows if r.certificate is not None]
+    held = [(r, looks) for r, looks in held if looks]
+    if not held:
+        return None
+    names = list(dict.fromkeys(r.module for r, _ in held if r.module))
+    again = Namespace(**{**vars(args), "modules": names, "types": None, "depth": None, "leaves": False,
+                         "max_replicates": 4 * max(looks for _, looks in held),
+                         "end_to_end": any(not r.module for r, _ in held)})
+    rows = ", ".join(f"{r.label} {r.direction}" for r, _ in held)
+    return (f"kcert: {len(held)} WARN row(s) only for lack of evidence at their last look ({rows}: U under the PASS "
+            f"line, a heavier tail shape or the observed range not yet excluded); more replicates decide, e.g.: "
+            f"{_command(again, cert.name)}")
 
 
 def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | None):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..certificate import Certificate
+from ..diagnostics import Code, raised
 from ..results.gates import ALGEBRA
 from ..stats.bias import WARN as BUCKET_WARN
 from ..verdict import Verdict
@@ -85,7 +86,8 @@ class ModuleRow:
             parts.append(f"bias {effect:.2g} ULP" + (f" ({', '.join(against)})" if against else ""))
         u = variance_bound(cert)
         if u is not None:
-            parts.append(f"U {u:.3g}")
+            held = variance_held_back(cert)
+            parts.append(f"U {u:.3g}" + ("" if held is None else f" (held back at {held} replicates: more decide)"))
         return ", ".join(parts) if parts else cert.verdict.value
 
     @property
@@ -149,6 +151,17 @@ def variance_bound(cert: Certificate) -> float | None:
     """The largest upper bound U of the tail ratio over the outputs (None when the gate did not run)."""
     found = [v.upper_bound for v in cert.variance if v.upper_bound is not None]
     return max(found) if found else None
+
+
+def variance_held_back(cert: Certificate) -> int | None:
+    """The replicates of the last look when the variance gate WARNs only for lack of evidence: on every WARNing
+    output U is at or under the PASS line and the PASS is held back (a heavier tail shape for prod not excluded,
+    or the observed range above the line), the two things more replicates settle (docs/method.md, Gate 3,
+    "Stopping"); else None. The figure says so, since "U 1.08" beside a WARN reads as a contradiction."""
+    warned = [v for v in cert.variance if v.verdict is Verdict.WARN]
+    held = [v for v in warned if v.interval is not None and v.interval.upper <= v.thresholds.warn
+            and raised(v.diagnostics, Code.SHAPE_DIFFERENCE_NOT_EXCLUDED, Code.OBSERVED_ABOVE_LINE)]
+    return max(v.replicates for v in held) if held and len(held) == len(warned) else None
 
 
 def _ancestor(parent: str, child: str) -> bool:

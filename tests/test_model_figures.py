@@ -1,0 +1,84 @@
+"""A module row's figure says why its variance gate WARNs when U is under the PASS line (docs/model.md,
+"Reports"): held back for lack of evidence, which more replicates settle, is not a tail found heavier."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import kcert
+from kcert.gates.variance import judge_errors
+from kcert.model.results import ModuleRow, variance_held_back
+from kcert.stats.thresholds import VarianceThresholds
+from kcert.verdict import Verdict
+
+T = 6.25e5
+
+
+@pytest.fixture(scope="module")
+def base():
+    case = kcert.Case(name="half", ref=lambda x: x * 0.5, prod=lambda x: x / 2, inputs={"x": kcert.Gaussian((32,))},
+                      dtype=torch.bfloat16)
+    return kcert.certify(case, replicates=128, peer_rules=False, algebra_proof=False)
+
+
+def _judged(seed: int, prod_scale: float, output: str = "output"):
+    rng = np.random.default_rng(seed)
+    b = rng.exponential(1.0, 1024) * 3
+    a = rng.exponential(1.0, 1024) * 3 * prod_scale
+    return judge_errors(a, b, T, VarianceThresholds(), output=output)
+
+
+def _row(base, *variance) -> ModuleRow:
+    cert = dataclasses.replace(base, variance=tuple(variance))
+    return ModuleRow(module="layer", kind="Block", prod_kind="Block", direction="backward", order=0, certificate=cert)
+
+
+def test_a_warn_held_back_for_evidence_says_so_and_a_heavier_tail_does_not(base):
+    held = _judged(1, 1.0)  # two independent draws of one law: U under 2, one shape per side above it
+    assert held.verdict is Verdict.WARN and held.interval.upper <= 2 < held.interval.separate_upper
+    row = _row(base, held)
+    assert row.verdict is Verdict.WARN and row.deciding_gate == "variance"
+    assert variance_held_back(row.certificate) == 1024
+    assert f"U {held.interval.upper:.3g} (held back at 1024 replicates: more decide)" in row.figure
+
+    heavier = _judged(1, 3.0)  # prod's errors three times ref's: U above the line, a finding, not a lack of data
+    assert heavier.verdict is not Verdict.PASS and heavier.interval.upper > 2
+    assert variance_held_back(_row(base, heavier).certificate) is None
+    assert "held back" not in _row(base, heavier).figure
+    # one output held back and another above the line: the row's WARN is not only a lack of evidence
+    assert variance_held_back(_row(base, held, dataclasses.replace(heavier, output="other")).certificate) is None
+
+
+def test_a_pass_row_has_no_hold_back(base):
+    row = _row(base, *base.variance)
+    assert row.verdict is Verdict.PASS and variance_held_back(row.certificate) is None
+    assert "held back" not in row.figure
+
+
+def test_the_command_says_how_to_settle_the_rows_held_back(base, tmp_path, capsys, monkeypatch):
+    """``kcert model`` names the rows WARNing only for lack of evidence and the command that lets their looks go
+    on (their modules, four times the last look); nothing when no row is held back."""
+    import kcert.model
+    from kcert.cli import main
+    from kcert.model.results import ModelCertificate
+    from model_fixtures import write_defect_pair_file
+
+    path = write_defect_pair_file(tmp_path / "pairs.py", ("layers.1",))
+    held, heavier = _judged(1, 1.0), _judged(1, 3.0)
+    rows = {"held": (_row(base, held), dataclasses.replace(_row(base, heavier), module="other")),
+            "none": (_row(base, heavier),)}
+    for case, expected in (("held", True), ("none", False)):
+        monkeypatch.setattr(kcert.model, "certify_model",
+                            lambda *a, _rows=rows[case], **k: ModelCertificate(k["name"], _rows))
+        main(["model", str(path), "-R", "256", "--no-peer-rules", "--json", str(tmp_path / f"{case}.json")])
+        err = capsys.readouterr().err
+        report = json.loads((tmp_path / f"{case}.json").read_text())
+        assert [r["variance_held_back_at"] for r in report["rows"]] == ([1024, None] if expected else [None])
+        assert ("only for lack of evidence" in err) == expected, err
+        if expected:
+            assert "(layer backward: U under the PASS line" in err and "other" not in err
+            assert "--modules layer" in err and "--max-replicates 4096" in err and "--case defect" in err
+            assert "--no-end-to-end" in err  # the end-to-end row was not held back: not run again
