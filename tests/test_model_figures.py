@@ -68,17 +68,22 @@ def test_the_command_says_how_to_settle_the_rows_held_back(base, tmp_path, capsy
 
     path = write_defect_pair_file(tmp_path / "pairs.py", ("layers.1",))
     held, heavier = _judged(1, 1.0), _judged(1, 3.0)
-    rows = {"held": (_row(base, held), dataclasses.replace(_row(base, heavier), module="other")),
-            "none": (_row(base, heavier),)}
+    biased = dataclasses.replace(_row(base, held), module="biased")  # held back too, but its bias gate WARNs
+    biased = dataclasses.replace(biased, certificate=dataclasses.replace(
+        biased.certificate, bias=tuple(dataclasses.replace(b, verdict=Verdict.WARN) for b in base.bias)))
+    assert biased.certificate.gates["bias"] is Verdict.WARN and "held back" in biased.figure
+    rows = {"held": (_row(base, held), dataclasses.replace(_row(base, heavier), module="other"), biased),
+            "none": (_row(base, heavier), biased)}
     for case, expected in (("held", True), ("none", False)):
         monkeypatch.setattr(kcert.model, "certify_model",
                             lambda *a, _rows=rows[case], **k: ModelCertificate(k["name"], _rows))
         main(["model", str(path), "-R", "256", "--no-peer-rules", "--json", str(tmp_path / f"{case}.json")])
         err = capsys.readouterr().err
         report = json.loads((tmp_path / f"{case}.json").read_text())
-        assert [r["variance_held_back_at"] for r in report["rows"]] == ([1024, None] if expected else [None])
+        assert [r["variance_held_back_at"] for r in report["rows"]] == ([1024, None, 1024] if expected else
+                                                                        [None, 1024])
         assert ("only for lack of evidence" in err) == expected, err
         if expected:
-            assert "(layer backward: U under the PASS line" in err and "other" not in err
+            assert "(layer backward: U under the PASS line" in err and "other" not in err and "biased" not in err
             assert "--modules layer" in err and "--max-replicates 4096" in err and "--case defect" in err
             assert "--no-end-to-end" in err  # the end-to-end row was not held back: not run again

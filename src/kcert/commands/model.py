@@ -161,13 +161,16 @@ def run(args) -> int:
 
 
 def _settle_hint(args, cert) -> str | None:
-    """The command that lets the looks of the rows WARNing only for lack of evidence go on (their variance gate
-    held a U under the PASS line back at its last look: docs/model.md, "Settling a variance WARN"), or None."""
+    """The command that lets the looks of the rows WARNing only for lack of evidence go on (every other gate
+    PASSes, and the variance gate held a U under the PASS line back at its last look: docs/model.md, "Settling a
+    variance WARN"), or None."""
     from argparse import Namespace
 
     from ..model.results import variance_held_back
+    from ..verdict import Verdict
 
-    held = [(r, variance_held_back(r.certificate)) for r in cert.rows if r.certificate is not None]
+    held = [(r, variance_held_back(r.certificate)) for r in cert.rows if r.certificate is not None
+            and all(v is Verdict.PASS for g, v in r.certificate.gates.items() if g != "variance")]
     held = [(r, looks) for r, looks in held if looks]
     if not held:
         return None
@@ -177,7 +180,7 @@ def _settle_hint(args, cert) -> str | None:
                          "end_to_end": any(not r.module for r, _ in held)})
     rows = ", ".join(f"{r.label} {r.direction}" for r, _ in held)
     return (f"kcert: {len(held)} WARN row(s) only for lack of evidence at their last look ({rows}: U under the PASS "
-            f"line, a heavier tail shape or the observed range not yet excluded); more replicates decide, e.g.: "
+            f"line, a heavier tail shape not yet excluded); more replicates decide, e.g.: "
             f"{_command(again, cert.name)}")
 
 

@@ -155,12 +155,14 @@ def variance_bound(cert: Certificate) -> float | None:
 
 def variance_held_back(cert: Certificate) -> int | None:
     """The replicates of the last look when the variance gate WARNs only for lack of evidence: on every WARNing
-    output U is at or under the PASS line and the PASS is held back (a heavier tail shape for prod not excluded,
-    or the observed range above the line), the two things more replicates settle (docs/method.md, Gate 3,
-    "Stopping"); else None. The figure says so, since "U 1.08" beside a WARN reads as a contradiction."""
+    output U is at or under the PASS line and the PASS is held back because a heavier tail shape for prod is not
+    excluded yet, which more replicates settle (docs/method.md, Gate 3, "Stopping"), the observed errors not
+    above the line (that is a finding to look at, not a lack of data); else None. The figure says so, since
+    "U 1.08" beside a WARN reads as a contradiction."""
     warned = [v for v in cert.variance if v.verdict is Verdict.WARN]
     held = [v for v in warned if v.interval is not None and v.interval.upper <= v.thresholds.warn
-            and raised(v.diagnostics, Code.SHAPE_DIFFERENCE_NOT_EXCLUDED, Code.OBSERVED_ABOVE_LINE)]
+            and raised(v.diagnostics, Code.SHAPE_DIFFERENCE_NOT_EXCLUDED)
+            and not raised(v.diagnostics, Code.OBSERVED_ABOVE_LINE)]
     return max(v.replicates for v in held) if held and len(held) == len(warned) else None
 
 
