@@ -19,6 +19,7 @@ T = 6.25e5
 
 @pytest.fixture(scope="module")
 def base():
+    """A certificate to carry the variance results under test (its own are replaced): not a control."""
     case = kcert.Case(name="half", ref=lambda x: x * 0.5, prod=lambda x: x / 2, inputs={"x": kcert.Gaussian((32,))},
                       dtype=torch.bfloat16)
     return kcert.certify(case, replicates=128, peer_rules=False, algebra_proof=False)
