@@ -167,10 +167,11 @@ def _settle_hint(args, cert) -> str | None:
     from argparse import Namespace
 
     from ..model.results import variance_held_back
+    from ..results.gates import VARIANCE
     from ..verdict import Verdict
 
     held = [(r, variance_held_back(r.certificate)) for r in cert.rows if r.certificate is not None
-            and all(v is Verdict.PASS for g, v in r.certificate.gates.items() if g != "variance")]
+            and all(v is Verdict.PASS for g, v in r.certificate.gates.items() if g != VARIANCE.name)]
     held = [(r, looks) for r, looks in held if looks]
     if not held:
         return None
