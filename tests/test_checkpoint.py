@@ -167,6 +167,51 @@ def test_mismatching_checkpoint_is_refused_naming_what_differs(tmp_path):
         kcert.certify(make_case(), R, seed=SEED, checkpoint=tmp_path / "zip.npz", resume=True)
 
 
+def test_a_raised_cap_lets_the_looks_go_on_to_the_larger_plans_certificate(tmp_path, uninterrupted):
+    """A finished run resumed with a larger max_replicates computes only the further looks' replicates and gives
+    the certificate of a run planned with that cap from the start, plus a note bounding the level over both
+    plans (docs/method.md, "Stopping")."""
+    path = tmp_path / "run.npz"
+    first = kcert.certify(make_case(), R, seed=SEED, max_replicates=2 * R, checkpoint=path)
+    assert first.variance[0].looks == (50, 100)  # undecided at its last look: the larger plan goes on
+    computed = []
+    extended = kcert.certify(make_case(), R, seed=SEED, max_replicates=M, checkpoint=path, resume=True,
+                             progress=lambda d, p: computed.append(d))
+    assert min(computed) == 101 and max(computed) == 200  # only the third look's replicates
+    note = [n for n in extended.notes if n.startswith("looks extended on resume")]
+    assert len(note) == 1 and "ended at 100 replicates (2 of its 2 looks judged)" in note[0]
+    assert "at most 1.33 x alpha" in note[0]  # 2 looks at alpha/2, then 1 at alpha/3
+    without = report(extended)
+    without["notes"] = [n for n in without["notes"] if not n.startswith("looks extended")]
+    assert without == uninterrupted
+    assert extended.provenance.resumed["plans"] == [{"max_replicates": 100, "planned_looks": 2, "looks": 2}]
+    # the extended checkpoint resumes to the same certificate, its note kept, computing nothing
+    again = kcert.certify(make_case(), R, seed=SEED, max_replicates=M, checkpoint=path, resume=True,
+                          progress=lambda d, p: computed.append(-d))
+    assert report(again) == report(extended) and min(computed) > 0
+
+
+def test_a_cap_raised_off_the_plan_or_lowered_is_refused(tmp_path):
+    path = tmp_path / "run.npz"
+    kcert.certify(make_case(), R, seed=SEED, max_replicates=80, checkpoint=path)  # looks 50, 80
+    with pytest.raises(CheckpointError, match=r"planned its looks at \[50, 80\] replicates; this run's max_replicates "
+                                              r"200 plans \[50, 100, 200\]"):
+        kcert.certify(make_case(), R, seed=SEED, max_replicates=200, checkpoint=path, resume=True)
+    with pytest.raises(CheckpointError, match="max_replicates: checkpoint 80, this run 50"):
+        kcert.certify(make_case(), R, seed=SEED, max_replicates=50, checkpoint=path, resume=True)
+
+
+def test_the_level_over_plans_counts_each_look_at_its_first_share():
+    from kcert.execution.checkpoint import extension_level
+
+    four_r = {"max_replicates": 4096, "planned_looks": 3, "looks": 3}
+    assert extension_level([four_r], 5) == pytest.approx(1 + 2 / 5)  # 4R then 16R: 1.4 alpha
+    assert extension_level([{**four_r, "looks": 1}], 5) == pytest.approx(1 / 3 + 4 / 5)  # stopped after one look
+    sixteen_r = {"max_replicates": 16384, "planned_looks": 5, "looks": 1}  # 8R judged under 16R's plan, then 64R
+    assert extension_level([four_r, sixteen_r], 7) == pytest.approx(1 + 1 / 5 + 3 / 7)
+    assert extension_level([], 3) == pytest.approx(1)
+
+
 def test_parameter_errors():
     with pytest.raises(ParameterError, match="resume=True needs checkpoint"):
         kcert.certify(make_case(), R, resume=True)

@@ -49,6 +49,22 @@ def test_distributed_checkpoint_resumes_in_one_process(monkeypatch, tmp_path):
     assert report(kcert.certify(make_case(), checkpoint=path, resume=True, **kwargs)) == single
 
 
+def test_ranks_resume_a_checkpoint_with_a_raised_cap(monkeypatch, tmp_path):
+    """Rank 0 reads a one-process checkpoint written under a lower cap; the ranks take the further looks
+    together, to the one-process certificate of the larger plan (its note on the level aside)."""
+    kwargs = dict(replicates=50, seed=3, algebra_points=1)
+    single = report(kcert.certify(make_case(), max_replicates=200, **kwargs))
+    path = tmp_path / "run.npz"
+    kcert.certify(make_case(), max_replicates=100, checkpoint=path, **kwargs)
+    results = run_ranks(monkeypatch, 3, checkpoint=path, resume=True, max_replicates=200, **kwargs)
+    for cert in results:
+        assert not isinstance(cert, BaseException), cert
+        mine = report(cert)
+        assert any(n.startswith("looks extended on resume") for n in mine["notes"])
+        mine["notes"] = [n for n in mine["notes"] if not n.startswith("looks extended on resume")]
+        assert mine == single
+
+
 def test_a_kernel_error_on_one_rank_stops_every_rank_with_the_one_process_message(monkeypatch):
     kwargs = dict(replicates=200, max_replicates=200, seed=3, algebra_points=1)
     with pytest.raises(kcert.errors.KernelError) as single:

@@ -149,6 +149,41 @@ def test_a_backward_row_resumes_from_its_checkpoint(tmp_path):
     assert all(r.certificate.provenance.resumed for r in again.rows)
 
 
+def test_a_few_rows_of_a_whole_run_resume_with_a_raised_cap(tmp_path):
+    """The settle command of ``kcert model`` (docs/model.md, "Settling a variance WARN"): a selection of a few
+    modules resumes their rows from a whole run's checkpoint files (whose indices were the whole run's), their
+    looks go on under the raised cap, and each row's certificate is the one a fresh run with that cap gives."""
+    from sample_kernels import stable_report
+
+    ref = tiny()
+    prod = swapped(ref, "layers.0.norm1", FusedGain)
+    options = dict(end_to_end=False, peer_rules=False, replicates=100)
+    whole = kcert.Modules(names=("embed", "layers.0.norm1", "layers.0.norm2"))
+    first = kcert.certify_model(ref, prod, INPUTS, modules=whole, checkpoint=tmp_path / "run.npz", max_replicates=100,
+                                **options)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 6 and "run.005-layers.0.norm2-backward.npz" in files
+    assert first.row("layers.0.norm2", "backward").verdict is Verdict.WARN  # its one look left it undecided
+    few = kcert.Modules(names=("layers.0.norm2",))
+    settled = kcert.certify_model(ref, prod, INPUTS, modules=few, checkpoint=tmp_path / "run.npz", resume=True,
+                                  max_replicates=400, **options)
+    fresh = kcert.certify_model(ref, prod, INPUTS, modules=few, max_replicates=400, **options)
+    assert sorted(p.name for p in tmp_path.iterdir()) == files  # written back to the whole run's files
+    back = settled.row("layers.0.norm2", "backward").certificate
+    assert back.provenance.resumed["checkpoint"].endswith("run.005-layers.0.norm2-backward.npz")
+    assert back.variance[0].looks[-1] > 100  # its looks went on
+    for mine, theirs in zip(settled.rows, fresh.rows):
+        a, b = stable_report(mine.certificate), stable_report(theirs.certificate)
+        a["notes"] = [n for n in a["notes"] if not n.startswith("looks extended on resume")]
+        assert a == b, (mine.module, mine.direction)
+    # runs with other selections wrote one row's file twice: the resume refuses to choose, naming both
+    (tmp_path / "run.000-layers.0.norm2-backward.npz").write_bytes(b"")
+    with pytest.raises(kcert.KcertError, match=r"2 checkpoint files hold row layers.0.norm2 backward .*"
+                                               r"run.000-layers.0.norm2-backward.npz, run.005-layers.0.norm2-backward"):
+        kcert.certify_model(ref, prod, INPUTS, modules=few, checkpoint=tmp_path / "run.npz", resume=True,
+                            max_replicates=400, **options)
+
+
 class _ReadsStorage:
     """A module as an extension or a compiled kernel looks to kcert: it reads raw storage, which real mode
     refuses, so its algebra test is the precision ladder's."""

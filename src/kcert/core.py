@@ -23,7 +23,7 @@ from .execution import compiled, distributed, seeding
 from .execution.algebra import evaluate_algebra
 from .execution.environment import arithmetic, describe_environment, ranks_note
 from .execution.runner import Runner
-from .execution.schedule import Saver, TimeLimit, look_schedule, resume as _resume, run_looks
+from .execution.schedule import Resumed, Saver, TimeLimit, look_schedule, resume as _resume, run_looks
 from .gates import registry
 from .gates.bitwise import judge_bitwise
 from .gates.judging import Judging
@@ -61,7 +61,9 @@ def run_core(case: Case, settings: Settings, progress: Callable[[int, int], None
     gates = _judge(case, settings, runner, judged, clock)
     cert = _assemble(case, settings, runner, looks, gates, judged,
                      notes=(compiled.compile_note(compiled_before), judged.settled_note(looks),
-                            _ckpt.hosts_note((resumed or {}).get("hosts"), runner.done), ranks_note(ranks)),
+                            _ckpt.hosts_note((resumed or {}).get("hosts"), runner.done), ranks_note(ranks),
+                            _ckpt.extension_note((resumed or {}).get("plans"),
+                                                 look_schedule(settings.replicates, settings.max_replicates), looks)),
                      resumed=resumed)
     return CoreRun(cert, runner.weights, clock)
 
@@ -181,17 +183,21 @@ def _run(case: Case, s: Settings, progress, clock: Clock) -> tuple[Runner, list[
     fp = _ckpt.fingerprint(case, s.seed, s.replicates, s.max_replicates, s.horizon, s.device, s.bias_thresholds,
                            s.variance_thresholds) if s.checkpoint is not None else None
     schedule = look_schedule(s.replicates, s.max_replicates)
-    looks, target, hosts = _resume(s.checkpoint, fp, runner, comm) if s.resume else ([], s.replicates, None)
-    hosts = _ckpt.continue_hosts(hosts, runner.done, arithmetic(s.device))
+    took = _resume(s.checkpoint, fp, runner, comm, schedule) if s.resume else Resumed([], s.replicates, None, [])
+    looks, target = took.looks, took.target
+    hosts = _ckpt.continue_hosts(took.hosts, runner.done, arithmetic(s.device))
     resumed = None
     if s.resume:
         resumed = {"checkpoint": s.checkpoint, "replicates": runner.done, "looks": list(looks)}
         clock.event("resumed", **resumed)
         if len(hosts) > 1:  # only then: a resume on the same host stays equal to an uninterrupted run
             resumed["hosts"] = hosts
+        if took.plans:  # the cap was raised on resume, now or before
+            resumed["plans"] = took.plans
     clock.event("stage", stage="replicates")
     judged = _Looks(case, s, runner, len(schedule), clock)
-    saver = Saver(s.checkpoint, fp, runner, comm, s.checkpoint_every, s.checkpoint_seconds, hosts=hosts)
+    saver = Saver(s.checkpoint, fp, runner, comm, s.checkpoint_every, s.checkpoint_seconds, hosts=hosts,
+                  plans=took.plans or None)
     limit = None if s.max_time is None else TimeLimit(s.max_time, time.monotonic())
     judging = sum(clock.seconds.values())
     looks = run_looks(runner, schedule, comm, saver, judged, progress, looks, target, limit)

@@ -154,7 +154,8 @@ CATALOGUE = {
         "than the shape test can see at this R, so the PASS is held back",
         "more replicates narrow the separate-shapes bound: the run takes its next look when it has one; after "
         "its last, rerun with --max-replicates raised (at 2-4x the last look every benign module row measured so "
-        "far PASSed this gate: docs/model.md, Settling a variance WARN); read the QQ and return-level plots",
+        "far PASSed this gate: docs/model.md, Settling a variance WARN), with --resume from its --checkpoint to "
+        "keep the replicates done; read the QQ and return-level plots",
     ),
     Code.OBSERVED_ABOVE_LINE: (
         "the observed errors already put prod above the PASS line: the ratio of the largest errors "

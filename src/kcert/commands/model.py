@@ -136,7 +136,7 @@ def run(args) -> int:
             report.render(cert, streams.out)
         else:
             streams.out.print(report.headline(cert), highlight=False, markup=False, soft_wrap=True)
-        hint = _settle_hint(args, cert)
+        hint = _settle_hint(args, cert, len(pairs))
         if hint:
             streams.note(hint)
 
@@ -160,15 +160,18 @@ def run(args) -> int:
     return exit_code(outcomes, written)[0]
 
 
-def _settle_hint(args, cert) -> str | None:
+def _settle_hint(args, cert, n_pairs: int) -> str | None:
     """The command that lets the looks of the rows WARNing only for lack of evidence go on (every other gate
     PASSes, and the variance gate held a U under the PASS line back at its last look: docs/model.md, "Settling a
-    variance WARN"), or None."""
+    variance WARN"), or None. With a checkpoint it resumes the rows from their files (only the further looks'
+    replicates are computed); without, it starts them over."""
+    import shlex
     from argparse import Namespace
 
     from ..model.results import variance_held_back
     from ..results.gates import VARIANCE
     from ..verdict import Verdict
+    from .session import checkpoint_path
 
     held = [(r, variance_held_back(r.certificate)) for r in cert.rows if r.certificate is not None
             and all(v is Verdict.PASS for g, v in r.certificate.gates.items() if g != VARIANCE.name)]
@@ -180,9 +183,14 @@ def _settle_hint(args, cert) -> str | None:
                          "max_replicates": 4 * max(looks for _, looks in held),
                          "end_to_end": any(not r.module for r, _ in held)})
     rows = ", ".join(f"{r.label} {r.direction}" for r, _ in held)
+    command = _command(again, cert.name)
+    if args.checkpoint:  # the pair's own file: the command names the pair alone
+        command += " " + shlex.join(["--checkpoint", checkpoint_path(args.checkpoint, cert.name, n_pairs), "--resume"])
+        how = "more replicates decide; this continues those rows from their checkpoints:"
+    else:
+        how = "more replicates decide (with --checkpoint, a rerun would continue from the replicates done), e.g.:"
     return (f"kcert: {len(held)} WARN row(s) only for lack of evidence at their last look ({rows}: U under the PASS "
-            f"line, a heavier tail shape not yet excluded); more replicates decide, e.g.: "
-            f"{_command(again, cert.name)}")
+            f"line, a heavier tail shape not yet excluded); {how} {command}")
 
 
 def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | None):

@@ -12,6 +12,11 @@ them and is refused rather than resumed to a certificate with an incomplete L0 l
 module parameters, Fixed values, Custom and Labels functions, Python/torch/numpy versions): a run
 whose kernels changed since the checkpoint was written is refused, naming what changed.
 
+A run may resume a checkpoint with a larger ``max_replicates`` than the one that wrote it (the looks go on:
+:func:`kcert.execution.schedule.resume` checks that the checkpoint's planned looks begin this run's); every other
+field of the fingerprint must be equal. The meta then keeps the earlier ``plans`` (:func:`extended_plans`), which
+bound the false-PASS level of the looks judged under each plan (:func:`extension_level`, :func:`extension_note`).
+
 The meta also lists the ``hosts`` the replicates ran on (:func:`continue_hosts`: from which replicate on, the
 host's :func:`~kcert.execution.environment.arithmetic`). A run resumed on another CPU or GPU is not refused
 (each replicate compares ref and prod on one host, and refusing would lose the work), but its certificate
@@ -63,14 +68,55 @@ def fingerprint(case, seed: int, replicates: int, max_replicates: int, horizon: 
 
 
 # -- files -------------------------------------------------------------------------------------
-def snapshot(runner: Runner, fp: dict, looks: list[int], target: int,
-             hosts: list[dict] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
-    """The runner's consistent state as (meta, arrays); ``hosts``: :func:`continue_hosts`'s list."""
+def snapshot(runner: Runner, fp: dict, looks: list[int], target: int, hosts: list[dict] | None = None,
+             plans: list[dict] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """The runner's consistent state as (meta, arrays); ``hosts``: :func:`continue_hosts`'s list; ``plans``: the
+    earlier plans of a run whose cap was raised on resume (:func:`extended_plans`)."""
     state, arrays = codec.encode_state(runner.state())
     meta = {"format": FORMAT, "fingerprint": fp, "looks": [int(x) for x in looks], "target": int(target), **state}
     if hosts is not None:
         meta["hosts"] = hosts
+    if plans:
+        meta["plans"] = plans
     return meta, arrays
+
+
+# -- a cap raised on resume ------------------------------------------------------------------------
+def raises_cap(saved: dict, expected: dict) -> bool:
+    """Whether this run's fingerprint raises the checkpoint's ``max_replicates`` (its looks may go on)."""
+    old, new = saved.get("max_replicates"), expected.get("max_replicates")
+    return isinstance(old, int) and isinstance(new, int) and new > old
+
+
+def extended_plans(meta: dict, saved_schedule: list[int]) -> list[dict]:
+    """The plans a checkpoint's looks were judged under, the one that wrote it last: each ``{"max_replicates": M,
+    "planned_looks": L, "looks": n}``, n the looks first judged under it (alpha / L each)."""
+    earlier = [dict(p) for p in meta.get("plans") or []]
+    judged = len(meta.get("looks") or []) - sum(int(p["looks"]) for p in earlier)
+    return earlier + [{"max_replicates": int(saved_schedule[-1]), "planned_looks": len(saved_schedule),
+                       "looks": max(judged, 0)}]
+
+
+def extension_level(plans: list[dict], planned_looks: int) -> float:
+    """An upper bound of the false-PASS probability, in units of alpha, of a run whose looks were judged under
+    ``plans`` and then under this run's ``planned_looks``: each look counts once, at the share of the first plan
+    that judged it (a later plan spends less per look, and its bounds are wider, so it cannot PASS a look an earlier
+    plan did not); the looks left to this run count at alpha / ``planned_looks`` each (docs/method.md, "Stopping")."""
+    before = sum(int(p["looks"]) for p in plans)
+    return sum(int(p["looks"]) / int(p["planned_looks"]) for p in plans) + max(planned_looks - before, 0) / planned_looks
+
+
+def extension_note(plans: list[dict] | None, schedule: list[int], looks: list[int]) -> str | None:
+    """A certificate's note when its looks (``looks``, done) went on past those judged under a checkpoint's lower
+    cap; else None (a run whose verdict came at a look judged under the lower cap is that plan's certificate)."""
+    if not plans or len(looks) <= sum(int(p["looks"]) for p in plans):
+        return None
+    level = extension_level(plans, len(schedule))
+    before = ", then ".join(f"{p['max_replicates']} replicates ({p['looks']} of its {p['planned_looks']} looks judged)"
+                            for p in plans)
+    return (f"looks extended on resume: the checkpoint's plan ended at {before}, this run's at {schedule[-1]} "
+            f"({len(schedule)} looks, each at alpha/{len(schedule)}); over the looks judged under each plan on the same "
+            f"draws, a false PASS has probability at most {level:.3g} x alpha, not alpha (docs/method.md, Stopping)")
 
 
 NOT_RECORDED = {"host": "not recorded"}
@@ -165,24 +211,34 @@ def restore(runner: Runner, meta: dict, arrays) -> tuple[list[int], int]:
         raise CheckpointError(f"checkpoint is incomplete or damaged: {type(exc).__name__}: {exc}") from None
 
 
-def load(path, expected: dict) -> tuple[dict, dict[str, np.ndarray]]:
+def load(path, expected: dict, *, extend: bool = False) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read a checkpoint of this run. ``extend``: a checkpoint whose ``max_replicates`` is below this run's (and
+    every other field equal) is accepted too; the caller checks the looks (schedule.resume)."""
     meta, arrays = read(path)
-    check_fingerprint(path, meta.get("fingerprint") or {}, expected)
+    saved = meta.get("fingerprint") or {}
+    if extend and raises_cap(saved, expected):
+        try:
+            check_fingerprint(path, saved, {**expected, "max_replicates": saved["max_replicates"]})
+            return meta, arrays
+        except CheckpointError:
+            pass  # refused for another field: name every difference, the cap's too
+    check_fingerprint(path, saved, expected)
     return meta, arrays
 
 
-def save(path, runner: Runner, fp: dict, looks: list[int], target: int, hosts: list[dict] | None = None) -> None:
-    meta, arrays = snapshot(runner, fp, looks, target, hosts)
+def save(path, runner: Runner, fp: dict, looks: list[int], target: int, hosts: list[dict] | None = None,
+         plans: list[dict] | None = None) -> None:
+    meta, arrays = snapshot(runner, fp, looks, target, hosts, plans)
     write(path, meta, arrays)
 
 
-def from_wire(payload: Any) -> tuple[dict, dict[str, np.ndarray]]:
-    """Check a broadcast (meta, arrays) pair (rank 0 read the file) before it is used."""
+def from_wire(payload: Any) -> tuple:
+    """Check a broadcast (meta, arrays, ...) tuple (rank 0 read the file) before it is used: rank 0's refusal,
+    sent as its message, is raised on every rank."""
     if isinstance(payload, str):
         raise CheckpointError(payload)
-    meta, arrays = payload
-    return meta, arrays
+    return tuple(payload)
 
 
-__all__ = ["CheckpointError", "FORMAT", "continue_hosts", "fingerprint", "hosts_note", "load", "restore", "save",
-           "snapshot", "write", "read"]
+__all__ = ["CheckpointError", "FORMAT", "continue_hosts", "extended_plans", "extension_level", "extension_note",
+           "fingerprint", "hosts_note", "load", "raises_cap", "restore", "save", "snapshot", "write", "read"]

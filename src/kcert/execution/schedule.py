@@ -39,6 +39,7 @@ class Saver:
     looks: list[int] = field(default_factory=list)
     target: int = 0
     hosts: list[dict] | None = None  # checkpoint.continue_hosts's list, written with the state
+    plans: list[dict] | None = None  # the earlier plans of a run whose cap was raised on resume (Resumed.plans)
 
     def __post_init__(self) -> None:
         self._last_done = self.runner.done
@@ -47,7 +48,7 @@ class Saver:
     def save(self) -> None:
         if self.path is None or self.comm.rank != 0:
             return
-        checkpoint.save(self.path, self.runner, self.fingerprint, self.looks, self.target, self.hosts)
+        checkpoint.save(self.path, self.runner, self.fingerprint, self.looks, self.target, self.hosts, self.plans)
         self._last_done, self._last_time = self.runner.done, time.monotonic()
 
     def maybe(self) -> None:
@@ -57,19 +58,50 @@ class Saver:
             self.save()
 
 
-def resume(path: str, fingerprint: dict, runner: Runner, comm) -> tuple[list[int], int, list[dict] | None]:
-    """Load the checkpoint (rank 0 reads it and sends it to the other ranks) into ``runner``;
-    returns (looks done, target of the look in progress, the hosts its replicates ran on)."""
+@dataclass(frozen=True)
+class Resumed:
+    """What a run takes from its checkpoint: the looks done, the target of the look in progress, the hosts its
+    replicates ran on, and the plans its looks were judged under before this run's (empty unless a cap was raised
+    on resume, now or before: :func:`kcert.execution.checkpoint.extended_plans`)."""
+
+    looks: list[int]
+    target: int
+    hosts: list[dict] | None
+    plans: list[dict]
+
+
+def resume(path: str, fingerprint: dict, runner: Runner, comm, schedule: list[int]) -> Resumed:
+    """Load the checkpoint (rank 0 reads it and sends it to the other ranks) into ``runner``. A checkpoint
+    written under a lower cap (``max_replicates``) continues when its planned looks begin ``schedule``: the
+    looks it judged are this run's first ones, on the same draws (each replicate is seeded by its index), so
+    the run goes on to the certificate a run planned with this cap from the start gives (the looks it
+    already judged did not stop it under the lower cap's larger alpha share, so neither would this one's)."""
     payload = None
     if comm.rank == 0:
         try:
-            payload = checkpoint.load(path, fingerprint)
+            payload = checkpoint.load(path, fingerprint, extend=True)
+            payload = (*payload, _plans(path, payload[0], fingerprint, schedule))
         except CheckpointError as exc:
             payload = str(exc)
-    meta, arrays = checkpoint.from_wire(comm.broadcast(payload))
+    meta, arrays, plans = checkpoint.from_wire(comm.broadcast(payload))
     looks, target = checkpoint.restore(runner, meta, arrays)
     hosts = meta.get("hosts")
-    return looks, target, hosts if isinstance(hosts, list) else None
+    return Resumed(looks, target, hosts if isinstance(hosts, list) else None, plans)
+
+
+def _plans(path, meta: dict, fingerprint: dict, schedule: list[int]) -> list[dict]:
+    """The plans the checkpoint's looks were judged under before this run's; refuses a raised cap whose plan
+    does not begin with the checkpoint's."""
+    saved = meta.get("fingerprint") or {}
+    if not checkpoint.raises_cap(saved, fingerprint):
+        return [dict(p) for p in meta.get("plans") or []]
+    before = look_schedule(int(saved["replicates"]), int(saved["max_replicates"]))
+    if schedule[:len(before)] != before:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} planned its looks at {before} replicates; this run's max_replicates "
+            f"{fingerprint['max_replicates']} plans {schedule}, which do not begin with them, so the looks cannot go "
+            f"on from it: raise max_replicates to {before[-1]} x a power of 2 ({2 * before[-1]}, {4 * before[-1]}, ...)")
+    return checkpoint.extended_plans(meta, before)
 
 
 @dataclass(frozen=True)

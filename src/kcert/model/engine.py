@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,7 +16,7 @@ from torch import nn
 
 from ..case import Probe
 from ..certification import certify
-from ..errors import CaseError, KcertError, ModelTimeLimitReached, TimeLimitReached
+from ..errors import CaseError, CheckpointError, KcertError, ModelTimeLimitReached, TimeLimitReached
 from ..execution import distributed, seeding
 from ..settings import Settings
 from .amp import AUTOCAST_DTYPES, autocast_models
@@ -119,13 +120,43 @@ def _check_autocast(ref_model, prod_model, dtype, autocast, name) -> None:
                             "convert it with .float(), or certify the 16-bit model without autocast")
 
 
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
 def row_checkpoint(path: str | None, index: int, module: str, direction: str) -> str | None:
     """The checkpoint file of one row: ``stem.<index>-<module>-<direction>.npz`` beside ``path``."""
     if path is None:
         return None
     p = Path(path)
-    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{index:03d}-{module or 'model'}-{direction}")
-    return str(p.with_name(f"{p.stem}.{slug}{p.suffix or '.npz'}"))
+    name = module or "model"
+    return str(p.with_name(f"{p.stem}.{_slug(f'{index:03d}-{name}-{direction}')}{p.suffix or '.npz'}"))
+
+
+def saved_row_checkpoint(path: str | None, index: int, module: str, direction: str) -> str | None:
+    """The file a resumed row continues from: its own (:func:`row_checkpoint`), else the one file of the same module
+    and direction that a run with another selection wrote beside ``path`` (its rows had other indices: the settle
+    command of ``kcert model`` resumes a few rows of a whole run); None when there is none."""
+    own = row_checkpoint(path, index, module, direction)
+    if own is None or Path(own).exists():
+        return own
+    p, name = Path(path), module or "model"
+    row = re.escape(_slug(f"{name}-{direction}"))
+    pattern = re.compile(rf"{re.escape(p.stem)}\.\d{{3,}}-{row}{re.escape(p.suffix or '.npz')}")
+    found = sorted(f.name for f in p.parent.iterdir() if pattern.fullmatch(f.name)) if p.parent.is_dir() else []
+    if len(found) > 1:
+        raise CheckpointError(f"resume: {len(found)} checkpoint files hold row {module or '(model)'} {direction} "
+                              f"beside {str(path)!r} ({', '.join(found)}), written by runs with other selections; "
+                              f"keep the one to continue and remove the others")
+    return str(p.with_name(found[0])) if found else None
+
+
+def _found_or_refusal(path: str | None, job: _Job) -> tuple[str | None, str | None]:
+    """(the row's saved file or None, None) or (None, why it cannot be chosen): sent to every rank as text."""
+    try:
+        return saved_row_checkpoint(path, job.index, job.module, job.direction), None
+    except CheckpointError as exc:
+        return None, str(exc)
 
 
 def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[str, Probe], *,
@@ -312,8 +343,14 @@ def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, 
             raise ModelTimeLimitReached(name, label, job.index, total, settings.max_time, settings.checkpoint)
         if on_event is not None:
             on_event("row", {"module": job.module, "direction": job.direction, "index": job.index, "rows": total})
-        # a resumed run continues each row from its file; a row the interrupted run never started has none and
-        # starts afresh (rank 0 looks: it is the rank that reads checkpoints; alone, the rank that runs the row)
+        # a resumed run continues each row from its file (that of a run with another selection too); a row the
+        # interrupted run never started has none and starts afresh (rank 0 looks: it is the rank that reads
+        # checkpoints; alone, the rank that runs the row)
+        if settings.resume:
+            found, refusal = comm.broadcast(_found_or_refusal(settings.checkpoint, job) if comm.rank == 0 else None)
+            if refusal is not None:
+                raise CheckpointError(refusal)
+            path = found or path
         fresh = settings.resume and comm.broadcast(path is None or not Path(path).exists())
         row_settings = dataclasses.replace(settings, checkpoint=path, command=settings.command,
                                            resume=settings.resume and not fresh,
