@@ -9,10 +9,14 @@ after another, timed whole (each its own process, the start included):
 
 It prints each command's wall time, each row's verdict, figure and replicates in ``settle`` and ``fresh``, and
 whether their certificates are equal but for the settle's note on the level (the one difference a resume with a
-raised cap makes: docs/method.md, "Stopping").
+raised cap makes: docs/method.md, "Stopping"), and the module rows by verdict before and after the settle (the
+first run's rows, the settled ones at their new verdicts). Without MODULES it runs the default selection with
+the end-to-end row; ``--ranks N`` runs each command under torchrun; ``--no-fresh`` leaves the third command out.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_settle_resume.py llama_eager_vs_sdpa \\
         model.layers.0.self_attn --json benchmarks/data/model_settle_resume.json
+    OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_settle_resume.py llama_eager_vs_sdpa \\
+        --ranks 2 --no-fresh --json benchmarks/data/model_settle_resume_whole.json
 """
 
 from __future__ import annotations
@@ -33,12 +37,17 @@ HERE = Path(__file__).resolve().parent
 EXTENDED = "looks extended on resume"
 
 
-def _run(words: list[str], env: dict) -> tuple[float, str]:
+def _run(words: list[str], env: dict, ranks: int, report: Path) -> tuple[float, str]:
+    """Run ``kcert WORDS --json REPORT`` (under torchrun with ``ranks`` > 1); the wall time and stderr. Any verdict
+    writes the report (torchrun turns a WARN's exit code into its own failure), an error does not."""
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+              if ranks > 1 else [sys.executable])
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kcert", *words], env=env, capture_output=True, text=True)
+    done = subprocess.run([*launch, "-m", "kcert", *words, "--json", str(report)], env=env, capture_output=True,
+                          text=True)
     wall = time.perf_counter() - start
-    if done.returncode not in (0, 1, 3):  # PASS, FAIL, WARN: a verdict, not an error
-        raise SystemExit(f"kcert {shlex.join(words)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    if not report.exists():
+        raise SystemExit(f"kcert {shlex.join(words)} exited {done.returncode} without a report:\n{done.stderr[-3000:]}")
     return wall, done.stderr
 
 
@@ -61,52 +70,80 @@ def _comparable(certificate: dict) -> dict:
     return stable
 
 
+def _tally(rows: dict) -> dict:
+    """Module rows (the end-to-end row is reported, not counted: docs/model.md, "Study") by verdict."""
+    counts: dict[str, int] = {}
+    for (module, _), row in rows.items():
+        if module:
+            counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    return counts
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("pair", help="a zoo pair, e.g. llama_eager_vs_sdpa")
-    p.add_argument("modules", help="qualified module names, comma-separated")
+    p.add_argument("modules", nargs="?", default=None,
+                   help="qualified module names, comma-separated (default: the default selection and the end-to-end row)")
     p.add_argument("--json", metavar="OUT", help="write the figures")
     p.add_argument("-R", "--replicates", type=int, default=1024, help="R of the first look (default kcert's, 1024)")
+    p.add_argument("--ranks", type=int, default=1, help="run each command under torchrun with this many ranks")
+    p.add_argument("--no-fresh", action="store_true", help="leave out the fresh run (the rows started over)")
     args = p.parse_args()
     env = {**os.environ, "KCERT_ZOO_PAIRS": args.pair, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    chosen = ["--no-end-to-end", *[w for m in args.modules.split(",") for w in ("--modules", m)]] if args.modules else []
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        first = ["model", str(HERE / "model_zoo_pairs.py"), "--case", args.pair, "--threads", "1", "--no-end-to-end",
-                 "--replicates", str(args.replicates), *[w for m in args.modules.split(",") for w in ("--modules", m)],
-                 "--checkpoint", str(work / "ck.npz"), "--json", str(work / "first.json"), "--quiet"]
-        first_wall, stderr = _run(first, env)
+        first = ["model", str(HERE / "model_zoo_pairs.py"), "--case", args.pair, "--threads", "1",
+                 "--replicates", str(args.replicates), *chosen,
+                 "--checkpoint", str(work / "ck.npz"), "--quiet"]
+        first_wall, stderr = _run(first, env, args.ranks, work / "first.json")
         settle = _settle_command(stderr)
         at = settle.index("--checkpoint")
         fresh = settle[:at] + settle[at + 3:]  # without --checkpoint PATH --resume
         assert settle[at + 2] == "--resume", settle
-        settle_wall, _ = _run([*settle, "--json", str(work / "settle.json"), "--quiet"], env)
-        fresh_wall, _ = _run([*fresh, "--json", str(work / "fresh.json"), "--quiet"], env)
-        before, settled, started_over = (_rows(work / f"{n}.json") for n in ("first", "settle", "fresh"))
+        settle_wall, _ = _run([*settle, "--quiet"], env, args.ranks, work / "settle.json")
+        fresh_wall = None
+        if not args.no_fresh:
+            fresh_wall, _ = _run([*fresh, "--quiet"], env, args.ranks, work / "fresh.json")
+        before, settled = _rows(work / "first.json"), _rows(work / "settle.json")
+        started_over = None if args.no_fresh else _rows(work / "fresh.json")
 
     rows = []
     for key, row in settled.items():
-        other = started_over[key]
-        mine, theirs = row["certificate"], other["certificate"]
-        rows.append({"module": key[0], "direction": key[1], "first": before[key]["verdict"],
-                     "first_replicates": before[key]["certificate"]["provenance"]["replicates"],
-                     "settle": row["verdict"], "fresh": other["verdict"], "figure": row["figure"],
-                     "replicates": mine["provenance"]["replicates"],
-                     "resumed_from": (mine["provenance"].get("resumed") or {}).get("replicates"),
-                     "level_note": next((n for n in mine.get("notes", []) if n.startswith(EXTENDED)), None),
-                     "equal_but_the_note": _comparable(mine) == _comparable(theirs)})
-    result = {"pair": args.pair, "modules": args.modules, "commands": {
-        "first": "kcert " + shlex.join(first), "settle": "kcert " + shlex.join(settle), "fresh": "kcert " + shlex.join(fresh)},
-        "wall_s": {"first": round(first_wall, 1), "settle": round(settle_wall, 1), "fresh": round(fresh_wall, 1)},
-        "settle_over_fresh": round(settle_wall / fresh_wall, 3),
-        "first_and_settle_over_fresh": round((first_wall + settle_wall) / fresh_wall, 3), "rows": rows}
-    print(f"{args.pair} {args.modules}: first {first_wall:.0f} s, settle (resumed) {settle_wall:.0f} s, fresh "
-          f"{fresh_wall:.0f} s: settle / fresh {result['settle_over_fresh']}, first + settle / fresh "
-          f"{result['first_and_settle_over_fresh']}")
+        mine = row["certificate"]
+        entry = {"module": key[0], "direction": key[1], "first": before[key]["verdict"],
+                 "first_replicates": before[key]["certificate"]["provenance"]["replicates"],
+                 "settle": row["verdict"], "figure": row["figure"], "replicates": mine["provenance"]["replicates"],
+                 "resumed_from": (mine["provenance"].get("resumed") or {}).get("replicates"),
+                 "level_note": next((n for n in mine.get("notes", []) if n.startswith(EXTENDED)), None)}
+        if started_over is not None:
+            theirs = started_over[key]["certificate"]
+            entry.update(fresh=started_over[key]["verdict"], equal_but_the_note=_comparable(mine) == _comparable(theirs))
+        rows.append(entry)
+    after = {**before, **settled}  # the first run's rows, the settled ones at their settled verdicts
+
+    def spelled(words: list[str]) -> str:  # the record names the repository's files relative to its root
+        return ("kcert " + shlex.join(words)).replace(str(HERE.parent) + os.sep, "")
+
+    wall = {"first": round(first_wall, 1), "settle": round(settle_wall, 1)}
+    result = {"pair": args.pair, "modules": args.modules or "default selection, end to end", "ranks": args.ranks,
+              "commands": {"first": spelled(first), "settle": spelled(settle)}, "wall_s": wall,
+              "module_rows_first": _tally(before), "module_rows_after_settle": _tally(after), "rows": rows}
+    line = f"{args.pair} {result['modules']}: first {first_wall:.0f} s, settle (resumed) {settle_wall:.0f} s"
+    if fresh_wall is not None:
+        wall["fresh"] = round(fresh_wall, 1)
+        result["commands"]["fresh"] = spelled(fresh)
+        result["settle_over_fresh"] = round(settle_wall / fresh_wall, 3)
+        result["first_and_settle_over_fresh"] = round((first_wall + settle_wall) / fresh_wall, 3)
+        line += (f", fresh {fresh_wall:.0f} s: settle / fresh {result['settle_over_fresh']}, first + settle / fresh "
+                 f"{result['first_and_settle_over_fresh']}")
+    print(line)
+    print(f"  module rows: first {result['module_rows_first']}, after the settle {result['module_rows_after_settle']}")
     for r in rows:
-        print(f"  {r['module']} {r['direction']}: first {r['first']} ({r['first_replicates']}), settle {r['settle']} "
-              f"({r['replicates']} replicates, from {r['resumed_from']}), fresh {r['fresh']}; {r['figure']}; "
-              f"equal but the note: {r['equal_but_the_note']}")
+        versus = f", fresh {r['fresh']}; equal but the note: {r['equal_but_the_note']}" if "fresh" in r else ""
+        print(f"  {r['module'] or '(model)'} {r['direction']}: first {r['first']} ({r['first_replicates']}), settle "
+              f"{r['settle']} ({r['replicates']} replicates, from {r['resumed_from']}){versus}; {r['figure']}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 

@@ -66,7 +66,9 @@ def certify(case: Case, settings: Settings | int | None = None, *, progress: Cal
     resume : bool, default False
         Continue from ``checkpoint`` to the certificate an uninterrupted run gives; the file must come
         from a run with the same case, kernels, seed, dtype, probes, replicates, max_replicates,
-        horizon, thresholds and kcert version (else a ``CheckpointError`` names what differs).
+        horizon, thresholds and kcert version (else a ``CheckpointError`` names what differs). A
+        larger ``max_replicates`` whose looks begin with the file's lets its looks go on, to the
+        certificate of a run with that cap plus a note on the level over both plans (docs/scaling.md).
     checkpoint_every, checkpoint_seconds : int, float
         How often the checkpoint is written (defaults 1024 replicates, 300 s).
     batch_memory : int, optional
