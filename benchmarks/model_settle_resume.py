@@ -129,7 +129,9 @@ def main() -> None:
     wall = {"first": round(first_wall, 1), "settle": round(settle_wall, 1)}
     result = {"pair": args.pair, "modules": args.modules or "default selection, end to end", "ranks": args.ranks,
               "commands": {"first": spelled(first), "settle": spelled(settle)}, "wall_s": wall,
-              "module_rows_first": _tally(before), "module_rows_after_settle": _tally(after), "rows": rows}
+              "module_rows_first": _tally(before), "module_rows_after_settle": _tally(after), "rows": rows,
+              "not_pass_after_settle": [{"module": m, "direction": d, "verdict": r["verdict"], "gate": r["deciding_gate"],
+                                         "figure": r["figure"]} for (m, d), r in after.items() if r["verdict"] != "PASS"]}
     line = f"{args.pair} {result['modules']}: first {first_wall:.0f} s, settle (resumed) {settle_wall:.0f} s"
     if fresh_wall is not None:
         wall["fresh"] = round(fresh_wall, 1)
@@ -140,6 +142,8 @@ def main() -> None:
                  f"{result['first_and_settle_over_fresh']}")
     print(line)
     print(f"  module rows: first {result['module_rows_first']}, after the settle {result['module_rows_after_settle']}")
+    for r in result["not_pass_after_settle"]:
+        print(f"  after the settle: {r['module'] or '(model)'} {r['direction']} {r['verdict']} ({r['gate']}): {r['figure']}")
     for r in rows:
         versus = f", fresh {r['fresh']}; equal but the note: {r['equal_but_the_note']}" if "fresh" in r else ""
         print(f"  {r['module'] or '(model)'} {r['direction']}: first {r['first']} ({r['first_replicates']}), settle "

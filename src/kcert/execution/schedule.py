@@ -96,11 +96,12 @@ def _plans(path, meta: dict, fingerprint: dict, schedule: list[int]) -> list[dic
     if not checkpoint.raises_cap(saved, fingerprint):
         return [dict(p) for p in meta.get("plans") or []]
     before = look_schedule(int(saved["replicates"]), int(saved["max_replicates"]))
-    if schedule[:len(before)] != before:
+    if schedule[:len(before)] != before:  # only when the checkpoint's cap cut its doubling short (3000 after 2048)
         raise CheckpointError(
             f"checkpoint {str(path)!r} planned its looks at {before} replicates; this run's max_replicates "
-            f"{fingerprint['max_replicates']} plans {schedule}, which do not begin with them, so the looks cannot go "
-            f"on from it: raise max_replicates to {before[-1]} x a power of 2 ({2 * before[-1]}, {4 * before[-1]}, ...)")
+            f"{fingerprint['max_replicates']} plans {schedule}, which do not begin with them: its last look, "
+            f"{before[-1]}, is not R times a power of 2, so no larger cap plans it and its looks cannot go on (start a "
+            f"new run)")
     return checkpoint.extended_plans(meta, before)
 
 
