@@ -1,5 +1,6 @@
-"""A module row's figure says why its variance gate WARNs when U is under the PASS line (docs/model.md,
-"Reports"): held back for lack of evidence, which more replicates settle, is not a tail found heavier."""
+"""A module row's figure says when its variance gate WARNs for lack of evidence (docs/model.md, "Reports"): U under
+the PASS line held back, or an interval still across a line, which more replicates settle, is not a tail found
+heavier; ``kcert model`` prints the command that lets those rows' looks go on."""
 
 import dataclasses
 import json
@@ -10,7 +11,7 @@ import torch
 
 import kcert
 from kcert.gates.variance import judge_errors
-from kcert.model.results import ModuleRow, variance_held_back
+from kcert.model.results import ModuleRow, variance_held_back, variance_undecided
 from kcert.stats.thresholds import VarianceThresholds
 from kcert.verdict import Verdict
 
@@ -42,21 +43,31 @@ def test_a_warn_held_back_for_evidence_says_so_and_a_heavier_tail_does_not(base)
     assert held.verdict is Verdict.WARN and held.interval.upper <= 2 < held.interval.separate_upper
     row = _row(base, held)
     assert row.verdict is Verdict.WARN and row.deciding_gate == "variance"
-    assert variance_held_back(row.certificate) == 1024
+    assert variance_held_back(row.certificate) == 1024 and variance_undecided(row.certificate) == 1024
     assert f"U {held.interval.upper:.3g} (held back at 1024 replicates: more decide)" in row.figure
 
-    heavier = _judged(1, 3.0)  # prod's errors three times ref's: U above the line, a finding, not a lack of data
-    assert heavier.verdict is not Verdict.PASS and heavier.interval.upper > 2
+    # prod's errors three times ref's: U above the line, but the interval still reaches under it: undecided
+    wide = _judged(1, 3.0)
+    assert wide.verdict is Verdict.WARN and wide.interval.lower <= 2 < wide.interval.upper
+    assert variance_held_back(_row(base, wide).certificate) is None
+    assert variance_undecided(_row(base, wide).certificate) == 1024
+    assert f"U {wide.interval.upper:.3g} (undecided at 1024 replicates: more decide)" in _row(base, wide).figure
+
+    heavier = _judged(1, 5.0)  # five times: the interval between the lines, a finding more data would not change
+    assert heavier.verdict is Verdict.WARN and 2 < heavier.interval.lower and heavier.interval.upper < 10
     assert variance_held_back(_row(base, heavier).certificate) is None
-    assert "held back" not in _row(base, heavier).figure
-    # one output held back and another above the line: the row's WARN is not only a lack of evidence
-    assert variance_held_back(_row(base, held, dataclasses.replace(heavier, output="other")).certificate) is None
+    assert variance_undecided(_row(base, heavier).certificate) is None
+    assert "more decide" not in _row(base, heavier).figure
+    # one output held back and another decided above the line: the row's WARN is not only a lack of evidence
+    mixed = _row(base, held, dataclasses.replace(heavier, output="other")).certificate
+    assert variance_held_back(mixed) is None and variance_undecided(mixed) is None
+    assert variance_undecided(_row(base, held, dataclasses.replace(wide, output="other")).certificate) == 1024
 
 
 def test_a_pass_row_has_no_hold_back(base):
     row = _row(base, *base.variance)
     assert row.verdict is Verdict.PASS and variance_held_back(row.certificate) is None
-    assert "held back" not in row.figure
+    assert "held back" not in row.figure and variance_undecided(row.certificate) is None
 
 
 def test_the_command_says_how_to_settle_the_rows_held_back(base, tmp_path, capsys, monkeypatch):
@@ -68,12 +79,13 @@ def test_the_command_says_how_to_settle_the_rows_held_back(base, tmp_path, capsy
     from model_fixtures import write_defect_pair_file
 
     path = write_defect_pair_file(tmp_path / "pairs.py", ("layers.1",))
-    held, heavier = _judged(1, 1.0), _judged(1, 3.0)
+    held, wide, heavier = _judged(1, 1.0), _judged(1, 3.0), _judged(1, 5.0)
     biased = dataclasses.replace(_row(base, held), module="biased")  # held back too, but its bias gate WARNs
     biased = dataclasses.replace(biased, certificate=dataclasses.replace(
         biased.certificate, bias=tuple(dataclasses.replace(b, verdict=Verdict.WARN) for b in base.bias)))
     assert biased.certificate.gates["bias"] is Verdict.WARN and "held back" in biased.figure
-    rows = {"held": (_row(base, held), dataclasses.replace(_row(base, heavier), module="other"), biased),
+    rows = {"held": (_row(base, held), dataclasses.replace(_row(base, heavier), module="other"), biased,
+                     dataclasses.replace(_row(base, wide), module="wide")),
             "none": (_row(base, heavier), biased)}
     for case, expected in (("held", True), ("none", False)):
         monkeypatch.setattr(kcert.model, "certify_model",
@@ -81,12 +93,15 @@ def test_the_command_says_how_to_settle_the_rows_held_back(base, tmp_path, capsy
         main(["model", str(path), "-R", "256", "--no-peer-rules", "--json", str(tmp_path / f"{case}.json")])
         err = capsys.readouterr().err
         report = json.loads((tmp_path / f"{case}.json").read_text())
-        assert [r["variance_held_back_at"] for r in report["rows"]] == ([1024, None, 1024] if expected else
+        assert [r["variance_held_back_at"] for r in report["rows"]] == ([1024, None, 1024, None] if expected else
+                                                                        [None, 1024])
+        assert [r["variance_undecided_at"] for r in report["rows"]] == ([1024, None, 1024, 1024] if expected else
                                                                         [None, 1024])
         assert ("only for lack of evidence" in err) == expected, err
         if expected:
-            assert "(layer backward: U under the PASS line" in err and "other" not in err and "biased" not in err
-            assert "--modules layer" in err and "--max-replicates 4096" in err and "--case defect" in err
+            assert "(layer backward, wide backward: the variance gate's looks ran out" in err, err
+            assert "other" not in err and "biased" not in err
+            assert "--modules layer --modules wide" in err and "--max-replicates 4096" in err and "--case defect" in err
             assert "--no-end-to-end" in err  # the end-to-end row was not held back: not run again
             assert "--resume" not in err and "with --checkpoint, a rerun would continue" in err
     # with a checkpoint, the command continues the rows from their files (one pair: the file named itself)

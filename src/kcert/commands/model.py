@@ -162,35 +162,35 @@ def run(args) -> int:
 
 def _settle_hint(args, cert, n_pairs: int) -> str | None:
     """The command that lets the looks of the rows WARNing only for lack of evidence go on (every other gate
-    PASSes, and the variance gate held a U under the PASS line back at its last look: docs/model.md, "Settling a
-    variance WARN"), or None. With a checkpoint it resumes the rows from their files (only the further looks'
-    replicates are computed); without, it starts them over."""
+    PASSes, and the variance gate's stopping rule would have taken another look after its last: docs/model.md,
+    "Settling a variance WARN"), or None. With a checkpoint it resumes the rows from their files (only the further
+    looks' replicates are computed); without, it starts them over."""
     import shlex
     from argparse import Namespace
 
-    from ..model.results import variance_held_back
+    from ..model.results import variance_undecided
     from ..results.gates import VARIANCE
     from ..verdict import Verdict
     from .session import checkpoint_path
 
-    held = [(r, variance_held_back(r.certificate)) for r in cert.rows if r.certificate is not None
-            and all(v is Verdict.PASS for g, v in r.certificate.gates.items() if g != VARIANCE.name)]
-    held = [(r, looks) for r, looks in held if looks]
-    if not held:
+    others_pass = [r for r in cert.rows if r.certificate is not None
+                   and all(v is Verdict.PASS for g, v in r.certificate.gates.items() if g != VARIANCE.name)]
+    open_rows = [(r, looks) for r in others_pass if (looks := variance_undecided(r.certificate))]
+    if not open_rows:
         return None
-    names = list(dict.fromkeys(r.module for r, _ in held if r.module))
+    names = list(dict.fromkeys(r.module for r, _ in open_rows if r.module))
     again = Namespace(**{**vars(args), "modules": names, "types": None, "depth": None, "leaves": False,
-                         "max_replicates": 4 * max(looks for _, looks in held),
-                         "end_to_end": any(not r.module for r, _ in held)})
-    rows = ", ".join(f"{r.label} {r.direction}" for r, _ in held)
+                         "max_replicates": 4 * max(looks for _, looks in open_rows),
+                         "end_to_end": any(not r.module for r, _ in open_rows)})
+    rows = ", ".join(f"{r.label} {r.direction}" for r, _ in open_rows)
     command = _command(again, cert.name)
     if args.checkpoint:  # the pair's own file: the command names the pair alone
         command += " " + shlex.join(["--checkpoint", checkpoint_path(args.checkpoint, cert.name, n_pairs), "--resume"])
         how = "more replicates decide; this continues those rows from their checkpoints:"
     else:
         how = "more replicates decide (with --checkpoint, a rerun would continue from the replicates done), e.g.:"
-    return (f"kcert: {len(held)} WARN row(s) only for lack of evidence at their last look ({rows}: U under the PASS "
-            f"line, a heavier tail shape not yet excluded); {how} {command}")
+    return (f"kcert: {len(open_rows)} WARN row(s) only for lack of evidence at their last look ({rows}: the variance "
+            f"gate's looks ran out before it decided, its interval across a line or a PASS held back); {how} {command}")
 
 
 def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | None):

@@ -12,7 +12,8 @@ from ..report.html import _COLOURS, _STYLE, _badge, _case
 from ..report.jsonio import to_dict
 from ..verdict import Verdict
 from .results import (ModelCertificate, ModuleRow, against_ref_profile, bias_effect, profile_swap_evidence,
-                      significant_bias, variance_bound, variance_held_back, within_ref_profile)
+                      significant_bias, variance_bound, variance_held_back, variance_undecided,
+                      within_ref_profile)
 from .words import few
 
 SCHEMA = "kcert.model/1"
@@ -96,6 +97,7 @@ def row_dict(cert: ModelCertificate, row: ModuleRow) -> dict:
         "within_ref_profile": None if c is None else within_ref_profile(c),
         "variance_u": None if c is None else _number(variance_bound(c)),
         "variance_held_back_at": None if c is None else variance_held_back(c),
+        "variance_undecided_at": None if c is None else variance_undecided(c),
         "includes": list(cert.failing_descendants(row)) if row.verdict is Verdict.FAIL else [],
         "skipped_reason": row.skipped_reason, "notes": list(row.notes),
         "certificate": None if c is None else to_dict(c),

@@ -86,8 +86,10 @@ class ModuleRow:
             parts.append(f"bias {effect:.2g} ULP" + (f" ({', '.join(against)})" if against else ""))
         u = variance_bound(cert)
         if u is not None:
-            held = variance_held_back(cert)
-            parts.append(f"U {u:.3g}" + ("" if held is None else f" (held back at {held} replicates: more decide)"))
+            held, undecided = variance_held_back(cert), variance_undecided(cert)
+            parts.append(f"U {u:.3g}" + (f" (held back at {held} replicates: more decide)" if held is not None else
+                                         f" (undecided at {undecided} replicates: more decide)"
+                                         if undecided is not None else ""))
         return ", ".join(parts) if parts else cert.verdict.value
 
     @property
@@ -164,6 +166,20 @@ def variance_held_back(cert: Certificate) -> int | None:
             and raised(v.diagnostics, Code.SHAPE_DIFFERENCE_NOT_EXCLUDED)
             and not raised(v.diagnostics, Code.OBSERVED_ABOVE_LINE)]
     return max(v.replicates for v in held) if held and len(held) == len(warned) else None
+
+
+def variance_undecided(cert: Certificate) -> int | None:
+    """The replicates of the last look when the variance gate WARNs only because its looks ran out before it
+    decided: on every WARNing output the gate's own stopping rule would have taken another look
+    (:func:`kcert.gates.variance.interval_is_decisive` false: ``[lower, U]`` across the PASS or FAIL line, a PASS held
+    back, few exceedances, a FAIL its halves do not reproduce); else None. It includes
+    :func:`variance_held_back`'s rows, and those whose U is above the line while the interval still reaches under
+    it; a WARN whose interval lies between the lines is a finding more replicates would not change."""
+    from ..gates.variance import interval_is_decisive
+
+    warned = [v for v in cert.variance if v.verdict is Verdict.WARN]
+    open_ = [v for v in warned if not interval_is_decisive(v)]
+    return max(v.replicates for v in open_) if open_ and len(open_) == len(warned) else None
 
 
 def _ancestor(parent: str, child: str) -> bool:
