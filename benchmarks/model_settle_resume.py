@@ -113,6 +113,7 @@ def main() -> None:
     for key, row in settled.items():
         mine = row["certificate"]
         entry = {"module": key[0], "direction": key[1], "first": before[key]["verdict"],
+                 "first_figure": before[key]["figure"],
                  "first_replicates": before[key]["certificate"]["provenance"]["replicates"],
                  "settle": row["verdict"], "figure": row["figure"], "replicates": mine["provenance"]["replicates"],
                  "resumed_from": (mine["provenance"].get("resumed") or {}).get("replicates"),
@@ -146,7 +147,8 @@ def main() -> None:
         print(f"  after the settle: {r['module'] or '(model)'} {r['direction']} {r['verdict']} ({r['gate']}): {r['figure']}")
     for r in rows:
         versus = f", fresh {r['fresh']}; equal but the note: {r['equal_but_the_note']}" if "fresh" in r else ""
-        print(f"  {r['module'] or '(model)'} {r['direction']}: first {r['first']} ({r['first_replicates']}), settle "
+        print(f"  {r['module'] or '(model)'} {r['direction']}: first {r['first']} ({r['first_replicates']}; "
+              f"{r['first_figure']}), settle "
               f"{r['settle']} ({r['replicates']} replicates, from {r['resumed_from']}){versus}; {r['figure']}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
