@@ -346,12 +346,12 @@ def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, 
         # a resumed run continues each row from its file (that of a run with another selection too); a row the
         # interrupted run never started has none and starts afresh (rank 0 looks: it is the rank that reads
         # checkpoints; alone, the rank that runs the row)
+        fresh = False
         if settings.resume:
             found, refusal = comm.broadcast(_found_or_refusal(settings.checkpoint, job) if comm.rank == 0 else None)
             if refusal is not None:
                 raise CheckpointError(refusal)
-            path = found or path
-        fresh = settings.resume and comm.broadcast(path is None or not Path(path).exists())
+            fresh, path = found is None, found or path
         row_settings = dataclasses.replace(settings, checkpoint=path, command=settings.command,
                                            resume=settings.resume and not fresh,
                                            max_time=None if left is None else max(left, 1e-3))
