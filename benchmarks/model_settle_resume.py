@@ -51,10 +51,11 @@ def _run(words: list[str], env: dict, ranks: int, report: Path) -> tuple[float, 
     return wall, done.stderr
 
 
-def _settle_command(stderr: str) -> list[str]:
+def _settle_command(stderr: str) -> list[str] | None:
+    """The settle command the first run printed, None where it printed none (no row held back or undecided)."""
     line = next((l for l in stderr.splitlines() if "only for lack of evidence" in l), None)
     if line is None:
-        raise SystemExit("the first run held no row back for lack of evidence: nothing to settle\n" + stderr[-3000:])
+        return None
     return shlex.split(line[line.index(" kcert model ") + 1:])[1:]  # the words after the program
 
 
@@ -79,6 +80,35 @@ def _tally(rows: dict) -> dict:
     return counts
 
 
+def spelled(words: list[str]) -> str:
+    """The command as a record names it: the repository's files relative to its root."""
+    return ("kcert " + shlex.join(words)).replace(str(HERE.parent) + os.sep, "")
+
+
+def _engine() -> str:
+    """The checkout's commit when the run started (read before anything ran, so a later commit does not leak in)."""
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def _not_pass(rows: dict) -> list[dict]:
+    return [{"module": m, "direction": d, "verdict": r["verdict"], "gate": r["deciding_gate"], "figure": r["figure"]}
+            for (m, d), r in rows.items() if r["verdict"] not in ("PASS", "SKIPPED")]
+
+
+def _nothing_to_settle(args, engine: str, first: list[str], first_wall: float, before: dict) -> None:
+    result = {"pair": args.pair, "modules": args.modules or "default selection, end to end", "ranks": args.ranks,
+              "engine": engine, "commands": {"first": spelled(first), "settle": None},
+              "wall_s": {"first": round(first_wall, 1)}, "module_rows_first": _tally(before),
+              "module_rows_after_settle": _tally(before), "rows": [], "not_pass_after_settle": _not_pass(before)}
+    print(f"{args.pair}: first {first_wall:.0f} s; it printed no settle command (no row held back or undecided)")
+    print(f"  module rows: {result['module_rows_first']}")
+    for r in result["not_pass_after_settle"]:
+        print(f"  {r['module'] or '(model)'} {r['direction']} {r['verdict']} ({r['gate']}): {r['figure']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("pair", help="a zoo pair, e.g. llama_eager_vs_sdpa")
@@ -89,6 +119,7 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=1, help="run each command under torchrun with this many ranks")
     p.add_argument("--no-fresh", action="store_true", help="leave out the fresh run (the rows started over)")
     args = p.parse_args()
+    engine = _engine()
     env = {**os.environ, "KCERT_ZOO_PAIRS": args.pair, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE), os.environ.get("PYTHONPATH", "")])}
     chosen = ["--no-end-to-end", *[w for m in args.modules.split(",") for w in ("--modules", m)]] if args.modules else []
@@ -99,6 +130,10 @@ def main() -> None:
                  "--checkpoint", str(work / "ck.npz"), "--quiet"]
         first_wall, stderr = _run(first, env, args.ranks, work / "first.json")
         settle = _settle_command(stderr)
+        if settle is None:  # nothing to settle: the first run's rows are the result
+            before = _rows(work / "first.json")
+            _nothing_to_settle(args, engine, first, first_wall, before)
+            return
         at = settle.index("--checkpoint")
         fresh = settle[:at] + settle[at + 3:]  # without --checkpoint PATH --resume
         assert settle[at + 2] == "--resume", settle
@@ -124,15 +159,11 @@ def main() -> None:
         rows.append(entry)
     after = {**before, **settled}  # the first run's rows, the settled ones at their settled verdicts
 
-    def spelled(words: list[str]) -> str:  # the record names the repository's files relative to its root
-        return ("kcert " + shlex.join(words)).replace(str(HERE.parent) + os.sep, "")
-
     wall = {"first": round(first_wall, 1), "settle": round(settle_wall, 1)}
     result = {"pair": args.pair, "modules": args.modules or "default selection, end to end", "ranks": args.ranks,
-              "commands": {"first": spelled(first), "settle": spelled(settle)}, "wall_s": wall,
+              "engine": engine, "commands": {"first": spelled(first), "settle": spelled(settle)}, "wall_s": wall,
               "module_rows_first": _tally(before), "module_rows_after_settle": _tally(after), "rows": rows,
-              "not_pass_after_settle": [{"module": m, "direction": d, "verdict": r["verdict"], "gate": r["deciding_gate"],
-                                         "figure": r["figure"]} for (m, d), r in after.items() if r["verdict"] != "PASS"]}
+              "not_pass_after_settle": _not_pass(after)}
     line = f"{args.pair} {result['modules']}: first {first_wall:.0f} s, settle (resumed) {settle_wall:.0f} s"
     if fresh_wall is not None:
         wall["fresh"] = round(fresh_wall, 1)
