@@ -191,6 +191,31 @@ def test_a_raised_cap_lets_the_looks_go_on_to_the_larger_plans_certificate(tmp_p
     assert report(again) == report(extended) and min(computed) > 0
 
 
+def test_a_rerun_naming_the_earlier_cap_states_the_level_a_resume_would(tmp_path, uninterrupted):
+    """Started over on the same seed with a larger cap, the run judges the earlier run's draws again: with
+    prior_max_replicates it is the larger plan's certificate plus the note a resume gives; a checkpoint it writes
+    keeps that plan, so a later resume with a raised cap counts both (docs/method.md, "Stopping")."""
+    path = tmp_path / "run.npz"
+    rerun = kcert.certify(make_case(), R, seed=SEED, max_replicates=M, prior_max_replicates=2 * R, checkpoint=path)
+    note = [n for n in rerun.notes if n.startswith("looks extended past an earlier plan")]
+    assert len(note) == 1 and "the earlier run's plan (prior_max_replicates) ended at 100 replicates" in note[0]
+    assert "at most 1.33 x alpha" in note[0]
+    without = report(rerun)
+    without["notes"] = [n for n in without["notes"] if not n.startswith("looks extended")]
+    assert without["provenance"].pop("command").endswith("seed=3, prior_max_replicates=100)")  # reproduced
+    assert without == {**uninterrupted, "provenance": {k: v for k, v in uninterrupted["provenance"].items()
+                                                       if k != "command"}}
+    further = kcert.certify(make_case(), R, seed=SEED, max_replicates=4 * M, checkpoint=path, resume=True)
+    assert further.variance[0].looks[-1] > M  # a look past the rerun's plan: both earlier plans counted
+    note = next(n for n in further.notes if n.startswith("looks extended on resume"))
+    assert "at most 1.73 x alpha" in note  # 2 looks at alpha/2, then 1 at alpha/3, then 2 at alpha/5
+    assert further.provenance.resumed["plans"][0] == {"max_replicates": 100, "planned_looks": 2, "looks": 2}
+    # a verdict at a look the earlier plan judged is that plan's certificate: no note
+    from kcert.execution.checkpoint import extension_note
+
+    assert extension_note([{"max_replicates": 100, "planned_looks": 2, "looks": 2}], [50, 100, 200], [50, 100]) is None
+
+
 def test_a_cap_raised_off_the_plan_or_lowered_is_refused(tmp_path):
     path = tmp_path / "run.npz"
     kcert.certify(make_case(), R, seed=SEED, max_replicates=80, checkpoint=path)  # looks 50, 80

@@ -104,8 +104,11 @@ def test_the_command_says_how_to_settle_the_rows_held_back(base, tmp_path, capsy
             assert "--modules layer --modules wide" in err and "--max-replicates 4096" in err and "--case defect" in err
             assert "--no-end-to-end" in err  # the end-to-end row was not held back: not run again
             assert "--resume" not in err and "with --checkpoint, a rerun would continue" in err
+            # started over, the rows' draws are judged again: the command names this run's cap for the level
+            assert "--prior-max-replicates 1024" in err
     # with a checkpoint, the command continues the rows from their files (one pair: the file named itself)
     monkeypatch.setattr(kcert.model, "certify_model", lambda *a, **k: ModelCertificate(k["name"], rows["held"]))
     main(["model", str(path), "-R", "256", "--no-peer-rules", "--checkpoint", str(tmp_path / "ck.npz")])
     err = capsys.readouterr().err
     assert f"--checkpoint {tmp_path / 'ck.npz'} --resume" in err and "--max-replicates 4096" in err, err
+    assert "--prior-max-replicates" not in err  # the checkpoint records the plan

@@ -31,7 +31,7 @@ def _other(name, value):
         return not value if value is not None else True
     return {"replicates": 96, "horizon": 1234567.8, "seed": 5, "device": "cpu:0", "max_replicates": 500,
             "batch_memory": 1 << 22, "checkpoint_every": 128, "checkpoint_seconds": 60.0, "max_time": 30.0,
-            "algebra_points": 3}.get(name)
+            "algebra_points": 3, "prior_max_replicates": 2048}.get(name)
 
 
 def test_every_flag_of_a_setting_is_an_option_with_the_settings_default():
@@ -89,6 +89,20 @@ def test_one_rule_names_the_setting_as_each_caller_spells_it():
     assert options.check_run_options(args) == "--max-replicates must be an integer >= 8, got 4"
     with pytest.raises(ParameterError, match="^max_replicates must be an integer >= 8, got 4$"):
         Settings(replicates=8, max_replicates=4).check()
+
+
+def test_an_earlier_cap_must_plan_the_first_looks_of_this_run():
+    """prior_max_replicates names an earlier run's cap on the same draws: R times a power of 2, below this
+    run's cap (its looks are then this run's first ones: docs/method.md, "Stopping")."""
+    assert Settings(replicates=64, max_replicates=1024, prior_max_replicates=256).check().prior_max_replicates == 256
+    for bad, why in ((1024, "to below max_replicates"), (32, "from replicates"), (192, "not replicates .64. times a "
+                                                                                   "power of 2"), (True, "got True")):
+        with pytest.raises(ParameterError, match=f"^prior_max_replicates.*{why}"):
+            Settings(replicates=64, max_replicates=1024, prior_max_replicates=bad).check()
+    args = _parser().parse_args(["cases.py", "-R", "64", "--prior-max-replicates", "192", "--max-replicates", "1024"])
+    assert options.check_run_options(args).startswith("--prior-max-replicates 192 is not --replicates (64) times")
+    args = _parser().parse_args(["cases.py", "-R", "64", "--prior-max-replicates", "256"])
+    assert "to below --max-replicates (256)" in options.check_run_options(args)
 
 
 def test_certify_takes_settings_and_overrides():

@@ -62,10 +62,27 @@ def run_core(case: Case, settings: Settings, progress: Callable[[int, int], None
     cert = _assemble(case, settings, runner, looks, gates, judged,
                      notes=(compiled.compile_note(compiled_before), judged.settled_note(looks),
                             _ckpt.hosts_note((resumed or {}).get("hosts"), runner.done), ranks_note(ranks),
-                            _ckpt.extension_note((resumed or {}).get("plans"),
-                                                 look_schedule(settings.replicates, settings.max_replicates), looks)),
+                            _extension_note(settings, resumed, looks)),
                      resumed=resumed)
     return CoreRun(cert, runner.weights, clock)
+
+
+def _extension_note(s: Settings, resumed: dict | None, looks: list[int]) -> str | None:
+    """The note of a run whose looks went on past an earlier plan's on the same draws: one its checkpoint
+    recorded, or the one ``prior_max_replicates`` names (docs/method.md, "Raising the cap after the last look")."""
+    schedule = look_schedule(s.replicates, s.max_replicates)
+    if (resumed or {}).get("plans"):
+        return _ckpt.extension_note(resumed["plans"], schedule, looks)
+    return _ckpt.extension_note(prior_plans(s), schedule, looks, earlier="the earlier run's plan (prior_max_replicates)")
+
+
+def prior_plans(s: Settings) -> list[dict]:
+    """The plan of the earlier run ``prior_max_replicates`` names, as a checkpoint records plans: it is taken to
+    have judged every look it planned (the most its looks can weigh in the level)."""
+    if s.prior_max_replicates is None:
+        return []
+    planned = len(look_schedule(s.replicates, s.prior_max_replicates))
+    return [{"max_replicates": s.prior_max_replicates, "planned_looks": planned, "looks": planned}]
 
 
 class Clock:
@@ -197,7 +214,7 @@ def _run(case: Case, s: Settings, progress, clock: Clock) -> tuple[Runner, list[
     clock.event("stage", stage="replicates")
     judged = _Looks(case, s, runner, len(schedule), clock)
     saver = Saver(s.checkpoint, fp, runner, comm, s.checkpoint_every, s.checkpoint_seconds, hosts=hosts,
-                  plans=took.plans or None)
+                  plans=took.plans or prior_plans(s) or None)  # a later resume keeps counting the earlier plan
     limit = None if s.max_time is None else TimeLimit(s.max_time, time.monotonic())
     judging = sum(clock.seconds.values())
     looks = run_looks(runner, schedule, comm, saver, judged, progress, looks, target, limit)

@@ -155,7 +155,8 @@ CATALOGUE = {
         "more replicates narrow the separate-shapes bound: the run takes its next look when it has one; after "
         "its last, rerun with --max-replicates raised (at 2-4x the last look every benign module row measured so "
         "far PASSed this gate: docs/model.md, Settling a variance WARN), with --resume from its --checkpoint to "
-        "keep the replicates done; read the QQ and return-level plots",
+        "keep the replicates done (without one, give --prior-max-replicates the run's cap: the certificate then "
+        "states the level over both plans); read the QQ and return-level plots",
     ),
     Code.OBSERVED_ABOVE_LINE: (
         "the observed errors already put prod above the PASS line: the ratio of the largest errors "

@@ -147,6 +147,12 @@ class Settings:
     max_replicates: int | None = _setting(None, flag=Flag(
         ("--max-replicates",), "cap of the variance gate's adaptive looks (default 4 x R)", parse="integer",
         metavar="M", advanced=True))  # its rule is the replicates' (check_values)
+    prior_max_replicates: int | None = _setting(None, reproduce="both", flag=Flag(
+        ("--prior-max-replicates",), "the --max-replicates of an earlier run of this case with this seed and R whose "
+                                     "looks ran out: this run judges the same draws again under a larger cap, and its "
+                                     "certificate states the false-PASS level over both plans (docs/method.md, "
+                                     "Stopping; a --resume reads it from the checkpoint)", parse="integer",
+        metavar="M", advanced=True))  # its rule needs the looks' cap (Settings.check)
     batch_memory: int | None = _setting(None, rule=parameters.byte_count, reproduce="command line", flag=Flag(
         ("--batch-memory",), "bytes per batched kernel call for cases that declare independent_leading_axis "
                              "(e.g. 256MiB; default 16MiB on CPU, 256MiB on accelerators)", parse="bytes",
@@ -219,12 +225,32 @@ def check_values(values: Mapping[str, Any], spell: Callable[[str], str] = lambda
     if "replicates" in values:
         out["replicates"], out["max_replicates"] = parameters.replicates(
             spell("replicates"), values["replicates"], spell("max_replicates"), values.get("max_replicates"))
+    if values.get("prior_max_replicates") is not None:
+        _check_prior(spell, out["replicates"], out["max_replicates"], values["prior_max_replicates"])
     for f in FIELDS:
         rule = f.metadata["rule"]
         if rule is not None and f.name in values:
             checked = rule(spell(f.name), values[f.name])
             out[f.name] = values[f.name] if checked is None else checked
     return out
+
+
+def _check_prior(spell: Callable[[str], str], replicates: int, max_replicates: int, prior) -> None:
+    """An earlier run's cap must plan looks that begin this run's (R, 2R, 4R, ...): the same draws judged again,
+    with more looks after them (docs/method.md, "Raising the cap after the last look"). Its looks begin this run's
+    exactly when it is R times a power of 2 and under this run's cap."""
+    if prior is None:
+        return
+    name = spell("prior_max_replicates")
+    if isinstance(prior, bool) or not isinstance(prior, int) or not replicates <= prior < max_replicates:
+        raise ParameterError(f"{name} must be an integer from {spell('replicates')} ({replicates}) to below "
+                             f"{spell('max_replicates')} ({max_replicates}): the earlier run's cap, lower than this "
+                             f"run's; got {prior!r}")
+    doublings = prior // replicates
+    if prior % replicates or doublings & (doublings - 1):
+        raise ParameterError(f"{name} {prior} is not {spell('replicates')} ({replicates}) times a power of 2: that "
+                             f"run's last look was cut short, no larger cap plans it, and its draws cannot be judged "
+                             f"again as one plan's first looks")
 
 
 def _check_device(device):

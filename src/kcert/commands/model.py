@@ -183,11 +183,13 @@ def _settle_hint(args, cert, n_pairs: int) -> str | None:
                          "max_replicates": 4 * max(looks for _, looks in open_rows),
                          "end_to_end": any(not r.module for r, _ in open_rows)})
     rows = ", ".join(f"{r.label} {r.direction}" for r, _ in open_rows)
-    command = _command(again, cert.name)
-    if args.checkpoint:  # the pair's own file: the command names the pair alone
-        command += " " + shlex.join(["--checkpoint", checkpoint_path(args.checkpoint, cert.name, n_pairs), "--resume"])
+    if args.checkpoint:  # the pair's own file (the command names the pair alone); it records this run's plan
+        command = _command(again, cert.name) + " " + shlex.join(
+            ["--checkpoint", checkpoint_path(args.checkpoint, cert.name, n_pairs), "--resume"])
         how = "more replicates decide; this continues those rows from their checkpoints:"
-    else:
+    else:  # the rows start over on the same draws: the command names this run's cap, for the level it states
+        again.prior_max_replicates = args.max_replicates or 4 * args.replicates
+        command = _command(again, cert.name)
         how = "more replicates decide (with --checkpoint, a rerun would continue from the replicates done), e.g.:"
     return (f"kcert: {len(open_rows)} WARN row(s) only for lack of evidence at their last look ({rows}: the variance "
             f"gate's looks ran out before it decided, its interval across a line or a PASS held back); {how} {command}")
