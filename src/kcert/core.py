@@ -73,7 +73,8 @@ def _extension_note(s: Settings, resumed: dict | None, looks: list[int]) -> str 
     schedule = look_schedule(s.replicates, s.max_replicates)
     if (resumed or {}).get("plans"):
         return _ckpt.extension_note(resumed["plans"], schedule, looks)
-    return _ckpt.extension_note(prior_plans(s), schedule, looks, earlier="the earlier run's plan (prior_max_replicates)")
+    return _ckpt.extension_note(prior_plans(s), schedule, looks,
+                                earlier="the earlier run's plan (prior_max_replicates)")
 
 
 def prior_plans(s: Settings) -> list[dict]:

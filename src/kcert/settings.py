@@ -239,8 +239,6 @@ def _check_prior(spell: Callable[[str], str], replicates: int, max_replicates: i
     """An earlier run's cap must plan looks that begin this run's (R, 2R, 4R, ...): the same draws judged again,
     with more looks after them (docs/method.md, "Raising the cap after the last look"). Its looks begin this run's
     exactly when it is R times a power of 2 and under this run's cap."""
-    if prior is None:
-        return
     name = spell("prior_max_replicates")
     if isinstance(prior, bool) or not isinstance(prior, int) or not replicates <= prior < max_replicates:
         raise ParameterError(f"{name} must be an integer from {spell('replicates')} ({replicates}) to below "

@@ -95,7 +95,8 @@ _OWN = {
 # the options in the order of the command's help (a name of kcert.settings.Settings or of _OWN)
 ORDER = ("replicates", "horizon", "seed", "device", "threads", "max_time", "json", "html", "quiet", "checkpoint",
          "resume", "algebra_proof", "shapes", "ulp_floor", "bucket_wise_bias", "accept_untested_algebra", "peer_rules",
-         "max_replicates", "prior_max_replicates", "batch_memory", "checkpoint_every", "checkpoint_seconds", "progress_every", "traceback")
+         "max_replicates", "prior_max_replicates", "batch_memory", "checkpoint_every", "checkpoint_seconds",
+         "progress_every", "traceback")
 _PARSERS = {"integer": integer, "float": float, "number": number, "bytes": byte_count, "duration": duration}
 
 
