@@ -200,19 +200,35 @@ class RMSNormWrongBackward(nn.Module):
         return _NormWrongGrad.apply(x, self.weight, self.variance_epsilon)
 
 
-def _bf16_softmax_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """Eager attention with the softmax's exponentials and denominator in bf16 (HF computes the softmax
-    in float32 and rounds its result once)."""
-    from transformers.models.llama.modeling_llama import repeat_kv
-
-    k = repeat_kv(key, module.num_key_value_groups)
-    v = repeat_kv(value, module.num_key_value_groups)
-    scores = torch.matmul(query, k.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        scores = scores + attention_mask
+def bf16_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """``llama_softmax_bf16``'s softmax: the exponentials and their row sum rounded to bf16, a bf16 division. torch
+    sums a bf16 tensor in float32 and rounds the sum once, so the denominator is not accumulated in bf16: this is
+    not #27341's defect (:func:`online_bf16_softmax` is; docs/model.md, "Study")."""
     e = torch.exp(scores - scores.amax(-1, keepdim=True))  # bf16
-    weights = e / e.sum(-1, keepdim=True)  # the defect: a bf16 denominator, a bf16 division
-    return torch.matmul(weights, v).transpose(1, 2).contiguous(), weights
+    return e / e.sum(-1, keepdim=True)
+
+
+def online_bf16_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """``llama_online_softmax_bf16``'s softmax: a GPU kernel's online softmax with its running max and denominator
+    held and rounded in bf16 (kcert's catalogue, as the control ``softmax_denominator_bf16``: four lanes per row)."""
+    from kcert.catalog.softmax import online_softmax
+
+    return online_softmax(scores, acc_dtype=torch.bfloat16, lanes=4)
+
+
+def _attention_with(softmax: Callable) -> Callable:
+    """Eager attention (HF's, which computes the softmax in float32 and rounds its result once) with ``softmax``."""
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        from transformers.models.llama.modeling_llama import repeat_kv
+
+        k = repeat_kv(key, module.num_key_value_groups)
+        v = repeat_kv(value, module.num_key_value_groups)
+        scores = torch.matmul(query, k.transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        weights = softmax(scores)
+        return torch.matmul(weights, v).transpose(1, 2).contiguous(), weights
+    return attention
 
 
 def _router_not_renormalised(router: nn.Module) -> Callable:
@@ -276,7 +292,12 @@ def mixtral_topk_not_renormalised(m):
 
 
 def llama_softmax_bf16(m):
-    _use_attention_function(m, "model.layers.0.self_attn", "kcert_zoo_bf16_softmax", _bf16_softmax_attention)
+    _use_attention_function(m, "model.layers.0.self_attn", "kcert_zoo_bf16_softmax", _attention_with(bf16_softmax))
+
+
+def llama_online_softmax_bf16(m):
+    _use_attention_function(m, "model.layers.0.self_attn", "kcert_zoo_online_bf16_softmax",
+                            _attention_with(online_bf16_softmax))
 
 
 # --- benign changes --------------------------------------------------------------------------------
@@ -376,7 +397,11 @@ PAIRS: tuple[Pair, ...] = (
     Pair("mixtral_topk_not_renormalised", "mixtral", "defect", mixtral_topk_not_renormalised,
          "model.layers.1.mlp.gate", "torchtitan #1448", "router's top-k weights not renormalised"),
     Pair("llama_softmax_bf16", "llama", "defect", llama_softmax_bf16, "model.layers.0.self_attn",
-         "transformers #27341", "layer 0's attention softmax with a bf16 denominator"),
+         "transformers #27341", "layer 0's attention softmax with a bf16 denominator (its exponentials and row "
+         "sum rounded to bf16; torch sums bf16 in float32, so the sum is not accumulated in bf16: docs/model.md)"),
+    Pair("llama_online_softmax_bf16", "llama", "defect", llama_online_softmax_bf16, "model.layers.0.self_attn",
+         "transformers #27341 (the control softmax_denominator_bf16)",
+         "layer 0's attention softmax online with bf16 running max and denominator"),
     *(Pair(f"{a}_eager_vs_sdpa", a, "benign", sdpa, None, "transformers attention implementations",
            "eager attention against sdpa") for a in ARCHS),
     *(Pair(f"{a}_compiled_layer0", a, "benign", compile_layer_parts, None, "torch.compile (inductor)",
