@@ -106,6 +106,9 @@ def test_the_command_says_how_to_settle_the_rows_held_back(base, tmp_path, capsy
             assert "--resume" not in err and "with --checkpoint, a rerun would continue" in err
             # started over, the rows' draws are judged again: the command names this run's cap for the level
             assert "--prior-max-replicates 1024" in err
+        # the JSON carries the command a CI job can run as it is printed (null when there is none)
+        command = report["settle_command"]
+        assert (command is not None) == expected and (command is None or err.rstrip().endswith(command))
     # with a checkpoint, the command continues the rows from their files (one pair: the file named itself)
     monkeypatch.setattr(kcert.model, "certify_model", lambda *a, **k: ModelCertificate(k["name"], rows["held"]))
     main(["model", str(path), "-R", "256", "--no-peer-rules", "--checkpoint", str(tmp_path / "ck.npz")])

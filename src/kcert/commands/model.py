@@ -155,16 +155,18 @@ def run(args) -> int:
         streams.note(stop.message)
         return stop.code
     certs = [c for _, c in outcomes if not isinstance(c, str)]
-    written = not certs or session.write((("json", None, lambda: report.dumps(certs) + "\n"),
+    settle = {c.name: found[1] for c in certs if (found := _settle(args, c, len(pairs)))}
+    written = not certs or session.write((("json", None, lambda: report.dumps(certs, settle) + "\n"),
                                           ("html", None, lambda: report.render_html(certs))))
     return exit_code(outcomes, written)[0]
 
 
-def _settle_hint(args, cert, n_pairs: int) -> str | None:
-    """The command that lets the looks of the rows WARNing only for lack of evidence go on (every other gate
-    PASSes, and the variance gate's stopping rule would have taken another look after its last: docs/model.md,
-    "Settling a variance WARN"), or None. With a checkpoint it resumes the rows from their files (only the further
-    looks' replicates are computed); without, it starts them over."""
+def _settle(args, cert, n_pairs: int) -> tuple[list, str] | None:
+    """The rows WARNing only for lack of evidence (every other gate PASSes, and the variance gate's stopping rule
+    would have taken another look after its last: docs/model.md, "Settling a variance WARN"), each with its last
+    look, and the command that lets their looks go on; None when there are none. With a checkpoint the command
+    resumes the rows from their files (only the further looks' replicates are computed); without, it starts them
+    over on the same draws and names this run's cap, so their certificates state the level over both plans."""
     import shlex
     from argparse import Namespace
 
@@ -182,15 +184,22 @@ def _settle_hint(args, cert, n_pairs: int) -> str | None:
     again = Namespace(**{**vars(args), "modules": names, "types": None, "depth": None, "leaves": False,
                          "max_replicates": 4 * max(looks for _, looks in open_rows),
                          "end_to_end": any(not r.module for r, _ in open_rows)})
-    rows = ", ".join(f"{r.label} {r.direction}" for r, _ in open_rows)
     if args.checkpoint:  # the pair's own file (the command names the pair alone); it records this run's plan
-        command = _command(again, cert.name) + " " + shlex.join(
+        return open_rows, _command(again, cert.name) + " " + shlex.join(
             ["--checkpoint", checkpoint_path(args.checkpoint, cert.name, n_pairs), "--resume"])
-        how = "more replicates decide; this continues those rows from their checkpoints:"
-    else:  # the rows start over on the same draws: the command names this run's cap, for the level it states
-        again.prior_max_replicates = args.max_replicates or 4 * args.replicates
-        command = _command(again, cert.name)
-        how = "more replicates decide (with --checkpoint, a rerun would continue from the replicates done), e.g.:"
+    again.prior_max_replicates = args.max_replicates or 4 * args.replicates
+    return open_rows, _command(again, cert.name)
+
+
+def _settle_hint(args, cert, n_pairs: int) -> str | None:
+    """The line naming the rows WARNing only for lack of evidence and the command that settles them, or None."""
+    found = _settle(args, cert, n_pairs)
+    if found is None:
+        return None
+    open_rows, command = found
+    rows = ", ".join(f"{r.label} {r.direction}" for r, _ in open_rows)
+    how = ("more replicates decide; this continues those rows from their checkpoints:" if args.checkpoint else
+           "more replicates decide (with --checkpoint, a rerun would continue from the replicates done), e.g.:")
     return (f"kcert: {len(open_rows)} WARN row(s) only for lack of evidence at their last look ({rows}: the variance "
             f"gate's looks ran out before it decided, its interval across a line or a PASS held back); {how} {command}")
 

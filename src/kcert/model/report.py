@@ -104,7 +104,9 @@ def row_dict(cert: ModelCertificate, row: ModuleRow) -> dict:
     }
 
 
-def to_json(cert: ModelCertificate) -> dict:
+def to_json(cert: ModelCertificate, settle_command: str | None = None) -> dict:
+    """The ``kcert.model/1`` object; ``settle_command``: the command ``kcert model`` prints for the rows WARNing only
+    for lack of evidence (null outside the command line or when there are none)."""
     first = cert.first_failure
     return {
         "schema": SCHEMA, "name": cert.name, "verdict": cert.verdict.value,
@@ -114,12 +116,15 @@ def to_json(cert: ModelCertificate) -> dict:
         "unmatched": [{"model": m, "module": n} for m, n in cert.unmatched],
         "warnings": list(cert.warnings),
         "rows": [row_dict(cert, r) for r in cert.rows],
+        "settle_command": settle_command,
         "provenance": cert.provenance,
     }
 
 
-def dumps(certs: list[ModelCertificate]) -> str:
-    payload = to_json(certs[0]) if len(certs) == 1 else [to_json(c) for c in certs]
+def dumps(certs: list[ModelCertificate], settle: dict[str, str] | None = None) -> str:
+    """The JSON report: one pair an object, several an array; ``settle``: pair name -> its settle command."""
+    objects = [to_json(c, (settle or {}).get(c.name)) for c in certs]
+    payload = objects[0] if len(objects) == 1 else objects
     return json.dumps(payload, indent=1, default=str)
 
 
