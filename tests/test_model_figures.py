@@ -115,3 +115,30 @@ def test_the_command_says_how_to_settle_the_rows_held_back(base, tmp_path, capsy
     err = capsys.readouterr().err
     assert f"--checkpoint {tmp_path / 'ck.npz'} --resume" in err and "--max-replicates 4096" in err, err
     assert "--prior-max-replicates" not in err  # the checkpoint records the plan
+
+
+def test_kcert_certify_prints_the_command_for_a_case_warning_for_lack_of_evidence(base, tmp_path):
+    """The same rule for a case (docs/scaling.md, "A raised cap goes on"): four times the last look, and the
+    checkpoint with --resume, or without one --prior-max-replicates this run's cap; nothing for a WARN that is a
+    finding, or when another gate does not PASS."""
+    import argparse
+
+    from kcert.commands.certify import add_arguments, settle_hint
+
+    def args(*words):
+        p = argparse.ArgumentParser()
+        add_arguments(p)
+        return p.parse_args(["cases.py", *words])
+
+    held = dataclasses.replace(base, variance=(_judged(1, 1.0),))
+    line = settle_hint(args("-R", "256"), "cases.py", held, 1)
+    assert f"case 'half' WARNs only for lack of evidence at its last look (1024 replicates" in line
+    assert line.endswith("kcert certify cases.py --case half --replicates 256 --horizon 625000 --seed 0 "
+                         "--max-replicates 4096 --prior-max-replicates 1024"), line
+    line = settle_hint(args("-R", "256", "--checkpoint", str(tmp_path / "run.npz")), "cases.py", held, 2)
+    assert line.endswith(f"--max-replicates 4096 --checkpoint {tmp_path / 'run.half.npz'} --resume"), line
+    assert "--prior-max-replicates" not in line
+    assert settle_hint(args(), "cases.py", dataclasses.replace(base, variance=(_judged(1, 5.0),)), 1) is None
+    biased = dataclasses.replace(held, bias=tuple(dataclasses.replace(b, verdict=Verdict.WARN) for b in held.bias))
+    assert settle_hint(args(), "cases.py", biased, 1) is None
+    assert settle_hint(args(), "cases.py", base, 1) is None  # a PASS

@@ -97,7 +97,14 @@ def _run(args, demo: bool) -> int:
         return dict(command=reproduce_command(args, casefile, case.name), bias_thresholds=thresholds)
 
     show = render_line if args.quiet else render
-    outcomes, stop = session.run(cases, options, lambda cert: show(cert, streams.out))
+
+    def shown(cert) -> None:
+        show(cert, streams.out)
+        line = settle_hint(args, casefile, cert, len(cases))
+        if line:
+            streams.note(line)
+
+    outcomes, stop = session.run(cases, options, shown)
     certs = [o for _, o in outcomes if not isinstance(o, str)]
     written = session.write_reports(certs, several=len(cases) > 1)
     if demo and stop is None:
@@ -111,6 +118,26 @@ def reproduce_command(args, casefile: str | None, case: str) -> str:
     flags = run_flags(args, {})
     return command_line(words, replicates=args.replicates, horizon=args.horizon, seed=args.seed,
                         max_replicates=args.max_replicates, device=args.device, flags=flags)
+
+
+def settle_hint(args, casefile: str | None, cert, n_cases: int) -> str | None:
+    """The line naming a case that WARNs only for lack of evidence (:mod:`kcert.commands.settle`) and the command
+    that lets its looks go on, or None."""
+    import argparse
+    import shlex
+
+    from .session import checkpoint_path
+    from .settle import how, lack_of_evidence, settle_flags
+
+    looks = lack_of_evidence(cert)
+    if looks is None:
+        return None
+    again = argparse.Namespace(**{**vars(args), "max_replicates": 4 * looks, "prior_max_replicates": None})
+    checkpoint = checkpoint_path(args.checkpoint, cert.case, n_cases) if args.checkpoint else None
+    command = reproduce_command(again, casefile, cert.case) + " " + shlex.join(settle_flags(args, checkpoint))
+    return (f"kcert: case {cert.case!r} WARNs only for lack of evidence at its last look ({looks} replicates: the "
+            f"variance gate's looks ran out before it decided, its interval across a line or a PASS held back); "
+            f"{how(bool(args.checkpoint))} {command}")
 
 
 def _demo_outcome(certs, console) -> int:
@@ -129,4 +156,4 @@ def _demo_outcome(certs, console) -> int:
 
 
 __all__ = ["add_arguments", "add_demo_arguments", "default_checkpoint", "reproduce_command", "run",
-           "run_demo"]
+           "run_demo", "settle_hint"]

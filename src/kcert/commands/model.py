@@ -162,46 +162,39 @@ def run(args) -> int:
 
 
 def _settle(args, cert, n_pairs: int) -> tuple[list, str] | None:
-    """The rows WARNing only for lack of evidence (every other gate PASSes, and the variance gate's stopping rule
-    would have taken another look after its last: docs/model.md, "Settling a variance WARN"), each with its last
-    look, and the command that lets their looks go on; None when there are none. With a checkpoint the command
-    resumes the rows from their files (only the further looks' replicates are computed); without, it starts them
-    over on the same draws and names this run's cap, so their certificates state the level over both plans."""
+    """The rows WARNing only for lack of evidence (:func:`kcert.commands.settle.lack_of_evidence`), each with its
+    last look, and the command that lets their looks go on (their modules, the end-to-end row only if it is one of
+    them); None when there are none."""
     import shlex
     from argparse import Namespace
 
-    from ..model.results import variance_undecided
-    from ..results.gates import VARIANCE
-    from ..verdict import Verdict
     from .session import checkpoint_path
+    from .settle import lack_of_evidence, settle_flags
 
-    others_pass = [r for r in cert.rows if r.certificate is not None
-                   and all(v is Verdict.PASS for g, v in r.certificate.gates.items() if g != VARIANCE.name)]
-    open_rows = [(r, looks) for r in others_pass if (looks := variance_undecided(r.certificate))]
+    open_rows = [(r, looks) for r in cert.rows if r.certificate is not None
+                 and (looks := lack_of_evidence(r.certificate))]
     if not open_rows:
         return None
     names = list(dict.fromkeys(r.module for r, _ in open_rows if r.module))
     again = Namespace(**{**vars(args), "modules": names, "types": None, "depth": None, "leaves": False,
-                         "max_replicates": 4 * max(looks for _, looks in open_rows),
+                         "max_replicates": 4 * max(looks for _, looks in open_rows), "prior_max_replicates": None,
                          "end_to_end": any(not r.module for r, _ in open_rows)})
-    if args.checkpoint:  # the pair's own file (the command names the pair alone); it records this run's plan
-        return open_rows, _command(again, cert.name) + " " + shlex.join(
-            ["--checkpoint", checkpoint_path(args.checkpoint, cert.name, n_pairs), "--resume"])
-    again.prior_max_replicates = args.max_replicates or 4 * args.replicates
-    return open_rows, _command(again, cert.name)
+    checkpoint = checkpoint_path(args.checkpoint, cert.name, n_pairs) if args.checkpoint else None
+    return open_rows, _command(again, cert.name) + " " + shlex.join(settle_flags(args, checkpoint))
 
 
 def _settle_hint(args, cert, n_pairs: int) -> str | None:
     """The line naming the rows WARNing only for lack of evidence and the command that settles them, or None."""
+    from .settle import how
+
     found = _settle(args, cert, n_pairs)
     if found is None:
         return None
     open_rows, command = found
     rows = ", ".join(f"{r.label} {r.direction}" for r, _ in open_rows)
-    how = ("more replicates decide; this continues those rows from their checkpoints:" if args.checkpoint else
-           "more replicates decide (with --checkpoint, a rerun would continue from the replicates done), e.g.:")
     return (f"kcert: {len(open_rows)} WARN row(s) only for lack of evidence at their last look ({rows}: the variance "
-            f"gate's looks ran out before it decided, its interval across a line or a PASS held back); {how} {command}")
+            f"gate's looks ran out before it decided, its interval across a line or a PASS held back); "
+            f"{how(bool(args.checkpoint))} {command}")
 
 
 def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | None):

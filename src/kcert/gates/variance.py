@@ -467,3 +467,15 @@ def interval_is_decisive(result: VarianceResult) -> bool:
     if iv.upper <= t.warn and raised(found, Code.SHAPE_DIFFERENCE_NOT_EXCLUDED, Code.OBSERVED_ABOVE_LINE):
         return False
     return all(not (iv.lower <= x < iv.upper) for x in (t.warn, t.fail))
+
+
+def undecided_at(results) -> int | None:
+    """The replicates of the last look when the variance gate WARNs only because its looks ran out before it
+    decided: on every WARNing output (of ``results``, one per output) the stopping rule would have taken another
+    look (:func:`interval_is_decisive` false: ``[lower, U]`` across the PASS or FAIL line, a PASS held back, few
+    exceedances, a FAIL its halves do not reproduce); else None (no WARN, or a WARN whose interval lies between the
+    lines: a finding more replicates would not change)."""
+    warned = [v for v in results if v.verdict is Verdict.WARN]
+    open_ = [v for v in warned if not interval_is_decisive(v)]
+    return max(v.replicates for v in open_) if open_ and len(open_) == len(warned) else None
+

@@ -170,16 +170,12 @@ def variance_held_back(cert: Certificate) -> int | None:
 
 def variance_undecided(cert: Certificate) -> int | None:
     """The replicates of the last look when the variance gate WARNs only because its looks ran out before it
-    decided: on every WARNing output the gate's own stopping rule would have taken another look
-    (:func:`kcert.gates.variance.interval_is_decisive` false: ``[lower, U]`` across the PASS or FAIL line, a PASS held
-    back, few exceedances, a FAIL its halves do not reproduce); else None. It includes
-    :func:`variance_held_back`'s rows, and those whose U is above the line while the interval still reaches under
-    it; a WARN whose interval lies between the lines is a finding more replicates would not change."""
-    from ..gates.variance import interval_is_decisive
+    decided (:func:`kcert.gates.variance.undecided_at`); else None. It includes :func:`variance_held_back`'s rows,
+    and those whose U is above the line while the interval still reaches under it; a WARN whose interval lies
+    between the lines is a finding more replicates would not change."""
+    from ..gates.variance import undecided_at
 
-    warned = [v for v in cert.variance if v.verdict is Verdict.WARN]
-    open_ = [v for v in warned if not interval_is_decisive(v)]
-    return max(v.replicates for v in open_) if open_ and len(open_) == len(warned) else None
+    return undecided_at(cert.variance)
 
 
 def _ancestor(parent: str, child: str) -> bool:
