@@ -478,4 +478,3 @@ def undecided_at(results) -> int | None:
     warned = [v for v in results if v.verdict is Verdict.WARN]
     open_ = [v for v in warned if not interval_is_decisive(v)]
     return max(v.replicates for v in open_) if open_ and len(open_) == len(warned) else None
-
