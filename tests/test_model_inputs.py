@@ -138,3 +138,55 @@ def test_an_integer_in_the_settings_place_keeps_the_proof_off():
     assert by_int.row("norm").certificate.algebra.proof is None
     asked = kcert.certify_model(ref, prod, HIDDEN, settings=16, algebra_proof=True, **options)
     assert asked.row("norm").certificate.algebra.proof is not None  # the control: the proof does run when asked
+
+
+class MaskedScores(nn.Module):
+    """Scores of a linear layer under an additive mask (the dtype's most negative value above the diagonal, as HF
+    builds it), then a softmax; ``Attend`` holds it and builds the mask."""
+
+    def __init__(self, unguarded: bool = False):
+        super().__init__()
+        self.proj, self.unguarded = nn.Linear(8, 8), unguarded
+
+    def forward(self, hidden_states, attention_mask):
+        s = self.proj(hidden_states) + attention_mask
+        if not self.unguarded:
+            return torch.softmax(s, -1)
+        # an online softmax over two lanes with no guard for a lane whose keys are all masked: NaN on a -inf mask
+        lanes = s.reshape(*s.shape[:-1], 4, 2)
+        m = lanes.amax(-2)
+        d = torch.exp(lanes - m.unsqueeze(-2)).sum(-2)
+        total = torch.logsumexp(m + torch.log(d), -1, keepdim=True)
+        return torch.exp(s - total)
+
+
+class Attend(nn.Module):
+    def __init__(self, unguarded: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.inner = nn.Linear(8, 8), MaskedScores(unguarded)
+
+    def forward(self, hidden_states):
+        n = hidden_states.shape[-1]
+        above = torch.ones(n, n, dtype=torch.bool).triu(1)
+        mask = torch.zeros(n, n, dtype=hidden_states.dtype).masked_fill(above, torch.finfo(hidden_states.dtype).min)
+        return self.inner(self.embed(hidden_states), mask)
+
+
+def test_a_forward_only_run_does_not_widen_a_mask_into_infinities():
+    """The algebra gate's wide points scale a module's activations, not its masks: a forward-only run classifies the
+    arguments by a recording with grad on, as a backward run does. Before, every floating argument of a forward-only
+    row was scaled, the mask's most negative bf16 value became -inf in the widened draw, and a prod whose lanes of
+    masked keys NaN on -inf FAILed the algebra gate though it computes ref's function on every mask the model
+    gives (docs/model.md, "Study")."""
+    ref = Attend().to(torch.bfloat16)
+    prod = copy.deepcopy(ref)
+    prod.inner.unguarded = True
+    probe = {"hidden_states": kcert.Gaussian((2, 8, 8))}
+    cert = kcert.certify_model(ref, prod, probe, modules=kcert.Modules(names=["inner"]), backward=False,
+                               end_to_end=False, **FAST)
+    (row,) = cert.rows
+    assert row.certificate.algebra.verdict is Verdict.PASS, row.certificate.algebra.reason
+    # the same prod on a -inf mask (what a widened draw made of the recorded mask) is not finite: the guard matters
+    inf_mask = torch.zeros(8, 8).masked_fill(torch.ones(8, 8, dtype=torch.bool).triu(1), float("-inf"))
+    assert not torch.isfinite(prod.inner.float()(torch.randn(2, 8, 8), inf_mask)).all()

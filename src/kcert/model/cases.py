@@ -253,6 +253,23 @@ def _shared_params(ref_mod: nn.Module, prod_mod: nn.Module) -> tuple[dict, str |
     return own, None
 
 
+def _grad_recording(ref_model: nn.Module, ref_mod: nn.Module, kwargs: dict, where: str, extra: Mapping,
+                    backward: bool) -> tuple[tuple, dict] | None:
+    """The module's first call recorded with grad on: which floating arguments carry gradient in the model
+    (activations, which the algebra gate's wide and small points scale) and which do not (an attention mask, a
+    rotary table: scaled, a mask's most negative value widened past the dtype's range is -inf, which the model
+    never gives and a kernel may not guard). Taken for forward-only runs too: without it every floating argument
+    was an activation there, and an online softmax without a guard for lanes of masked keys FAILed the algebra
+    gate on widened masks alone (docs/model.md, "Study"). For a forward-only run a model that cannot run with
+    grad keeps the old rule (None: every floating argument an activation); a backward run needs it and raises."""
+    if backward:
+        return record(ref_model, ref_mod, kwargs, where, extra, grad=True)
+    try:
+        return record(ref_model, ref_mod, kwargs, where, extra, grad=True)
+    except KernelError:
+        return None
+
+
 def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: nn.Module,
                  inputs: Mapping[str, Probe], extra: Mapping, dtype: torch.dtype, seed: int, backward: bool,
                  case_name: str, copies: dict[int, torch.Tensor] | None = None,
@@ -270,9 +287,7 @@ def module_cases(name: str, ref_model: nn.Module, ref_mod: nn.Module, prod_mod: 
     g = seeding.generator(seed, seeding.INPUTS, 0)
     kwargs = draw_model_inputs(inputs, g, cpu, dtype)
     recorded = record(ref_model, ref_mod, kwargs, where, extra)
-    grad_recorded = record(ref_model, ref_mod, kwargs, where, extra, grad=True) if backward else None
-    layout = layout_of(ref_mod, recorded, grad_recorded, where)
-    del grad_recorded
+    layout = layout_of(ref_mod, recorded, _grad_recording(ref_model, ref_mod, kwargs, where, extra, backward), where)
     values = layout.flatten(recorded, where)
     if padding is not None:
         values[VALID] = kwargs[padding]
