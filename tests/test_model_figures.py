@@ -132,7 +132,7 @@ def test_kcert_certify_prints_the_command_for_a_case_warning_for_lack_of_evidenc
 
     held = dataclasses.replace(base, variance=(_judged(1, 1.0),))
     line = settle_hint(args("-R", "256"), "cases.py", held, 1)
-    assert f"case 'half' WARNs only for lack of evidence at its last look (1024 replicates" in line
+    assert "case 'half' WARNs only for lack of evidence at its last look (1024 replicates" in line
     assert line.endswith("kcert certify cases.py --case half --replicates 256 --horizon 625000 --seed 0 "
                          "--max-replicates 4096 --prior-max-replicates 1024"), line
     line = settle_hint(args("-R", "256", "--checkpoint", str(tmp_path / "run.npz")), "cases.py", held, 2)
