@@ -61,9 +61,11 @@ MODEL_RUN_VARYING = ("wall_time_s", "ranks", "shard")  # a model report's proven
 
 def stable_model_dict(report: dict, *environment_keys: str) -> dict:
     """A model report (``kcert.model/1``, one pair's JSON object) without what differs between equal runs: each
-    row's certificate through :func:`stable_dict`, and the model provenance's wall time, ranks and shard (one
-    process and any number of ranks, sharing rows or replicates, give the same rows)."""
+    row's certificate through :func:`stable_dict`, the model provenance's wall time, ranks and shard (one
+    process and any number of ranks, sharing rows or replicates, give the same rows), and the settle command
+    (it names the run's own checkpoint, or none)."""
     data = copy.deepcopy(report)
+    data.pop("settle_command", None)
     for row in data["rows"]:
         if row.get("certificate") is not None:
             row["certificate"] = stable_dict(row["certificate"], *environment_keys)
