@@ -37,9 +37,9 @@ HERE = Path(__file__).resolve().parent
 EXTENDED = "looks extended on resume"
 
 
-def _run(words: list[str], env: dict, ranks: int, report: Path) -> tuple[float, str]:
-    """Run ``kcert WORDS --json REPORT`` (under torchrun with ``ranks`` > 1); the wall time and stderr. Any verdict
-    writes the report (torchrun turns a WARN's exit code into its own failure), an error does not."""
+def _run(words: list[str], env: dict, ranks: int, report: Path) -> float:
+    """Run ``kcert WORDS --json REPORT`` (under torchrun with ``ranks`` > 1); the wall time. Any verdict writes the
+    report (torchrun turns a WARN's exit code into its own failure), an error does not."""
     launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
               if ranks > 1 else [sys.executable])
     start = time.perf_counter()
@@ -48,21 +48,23 @@ def _run(words: list[str], env: dict, ranks: int, report: Path) -> tuple[float, 
     wall = time.perf_counter() - start
     if not report.exists():
         raise SystemExit(f"kcert {shlex.join(words)} exited {done.returncode} without a report:\n{done.stderr[-3000:]}")
-    return wall, done.stderr
+    return wall
 
 
-def _settle_command(stderr: str) -> list[str] | None:
-    """The settle command the first run printed, None where it printed none (no row held back or undecided)."""
-    line = next((l for l in stderr.splitlines() if "only for lack of evidence" in l), None)
-    if line is None:
-        return None
-    return shlex.split(line[line.index(" kcert model ") + 1:])[1:]  # the words after the program
+def _settle_command(report: Path) -> list[str] | None:
+    """The settle command the first run printed, as its JSON report holds it (``settle_command``): the words after
+    the program; None where there is none (no row held back or undecided)."""
+    command = _report(report).get("settle_command")
+    return None if command is None else shlex.split(command)[1:]
+
+
+def _report(path: Path) -> dict:
+    report = json.loads(path.read_text())
+    return report[0] if isinstance(report, list) else report
 
 
 def _rows(path: Path) -> dict[tuple[str, str], dict]:
-    report = json.loads(path.read_text())
-    report = report[0] if isinstance(report, list) else report
-    return {(r["module"], r["direction"]): r for r in report["rows"]}
+    return {(r["module"], r["direction"]): r for r in _report(path)["rows"]}
 
 
 def _comparable(certificate: dict) -> dict:
@@ -128,8 +130,8 @@ def main() -> None:
         first = ["model", str(HERE / "model_zoo_pairs.py"), "--case", args.pair, "--threads", "1",
                  "--replicates", str(args.replicates), *chosen,
                  "--checkpoint", str(work / "ck.npz"), "--quiet"]
-        first_wall, stderr = _run(first, env, args.ranks, work / "first.json")
-        settle = _settle_command(stderr)
+        first_wall = _run(first, env, args.ranks, work / "first.json")
+        settle = _settle_command(work / "first.json")
         if settle is None:  # nothing to settle: the first run's rows are the result
             before = _rows(work / "first.json")
             _nothing_to_settle(args, engine, first, first_wall, before)
@@ -137,10 +139,10 @@ def main() -> None:
         at = settle.index("--checkpoint")
         fresh = settle[:at] + settle[at + 3:]  # without --checkpoint PATH --resume
         assert settle[at + 2] == "--resume", settle
-        settle_wall, _ = _run([*settle, "--quiet"], env, args.ranks, work / "settle.json")
+        settle_wall = _run([*settle, "--quiet"], env, args.ranks, work / "settle.json")
         fresh_wall = None
         if not args.no_fresh:
-            fresh_wall, _ = _run([*fresh, "--quiet"], env, args.ranks, work / "fresh.json")
+            fresh_wall = _run([*fresh, "--quiet"], env, args.ranks, work / "fresh.json")
         before, settled = _rows(work / "first.json"), _rows(work / "settle.json")
         started_over = None if args.no_fresh else _rows(work / "fresh.json")
 
