@@ -14,7 +14,8 @@ backward on, on this machine's CPU, with the split of the wall time:
   over it, and the median row over it.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src:benchmarks python benchmarks/model_cost.py [--replicates 1024] \\
-        [--no-share | --compare] [--no-backward] [--leaves] [--max-replicates M] [--json benchmarks/data/model_cost.json]
+        [--no-share | --compare] [--no-backward] [--leaves] [--max-replicates M] [--no-settle]
+        [--json benchmarks/data/model_cost.json]
 
 Under ``torchrun --nproc-per-node N`` (both cores of this machine: N = 2) every rank runs the same rows and
 shares each row's replicates (``--shard replicates``, the default, as ``kcert model``'s), or takes whole rows
@@ -68,7 +69,7 @@ class RecordingTimer:
 
 def model_run(replicates: int, seed: int, share: bool = True, backward: bool = True, quiet: bool = False,
               reuse: bool = True, leaves: bool = False, shard: str = "replicates",
-              max_replicates: int | None = None) -> dict:
+              max_replicates: int | None = None, settle: bool | None = None) -> dict:
     from kcert.model import cases as model_cases, engine as model_engine, record as model_record, store
 
     model_engine.SHARE_RECORDINGS = share
@@ -79,6 +80,9 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
     starts: list[tuple[float, str, str]] = []
 
     def on_event(kind, detail):
+        if kind == "settle" and not quiet:
+            print(f"  [{time.perf_counter() - start:7.0f} s]   held back at {detail['from']}: on to {detail['to']}",
+                  flush=True)
         if kind == "row":
             starts.append((time.perf_counter(), detail["module"], detail["direction"]))
             if not quiet:
@@ -96,7 +100,7 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
     try:
         cert = kcert.certify_model(ref, prod, model_zoo.inputs(p.arch), loss=model_zoo.lm_loss, backward=backward,
                                    modules=kcert.Modules(leaves=True) if leaves else None, name=p.name, replicates=replicates, seed=seed, on_event=on_event,
-                                   shard=shard, max_replicates=max_replicates)
+                                   shard=shard, max_replicates=max_replicates, settle=settle)
     finally:
         timer.restore()
         handle.remove()
@@ -109,7 +113,8 @@ def model_run(replicates: int, seed: int, share: bool = True, backward: bool = T
     by_dir = {d: sum(r["seconds"] for r in per_row if r["direction"] == d) for d in ("forward", "backward", "end to end")}
     modules = sorted({r.module for r in cert.rows if r.direction == "forward"})
     return {"pair": p.name, "shard": shard, "share_recordings": share, "reuse_ref_outputs": share and reuse, "ref_forwards": root_forwards[0], "selection": "leaves" if leaves else "default", "wall_s": end - start, "selected_modules": len(modules), "rows": len(cert.rows),
-            "verdict": cert.verdict.value, "recording_s": timer.seconds, "recording_calls": timer.calls,
+            "verdict": cert.verdict.value, "settle_max_replicates": cert.provenance.get("settle_max_replicates"),
+            "recording_s": timer.seconds, "recording_calls": timer.calls,
             "by_direction_s": by_dir, "per_row": per_row,
             "median_row_s": {d: statistics.median([r["seconds"] for r in per_row if r["direction"] == d] or [0.0])
                              for d in ("forward", "backward")},
@@ -167,6 +172,8 @@ def main(argv=None) -> None:
                          "0's rows only, the total the whole run's)")
     ap.add_argument("--max-replicates", type=int, default=None,
                     help="the variance gate's looks up to M replicates (default kcert's, 4R)")
+    ap.add_argument("--no-settle", dest="settle", action="store_false", default=None,
+                    help="rows held back for lack of evidence stop at the cap (the default before 2026-12-05)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -190,7 +197,7 @@ def _measure(args, comm) -> None:
     else:
         modes = [("alone" if args.no_share else "shared", not args.no_share, not args.no_reuse)]
     runs = {label: model_run(args.replicates, args.seed, share, args.backward, quiet, reuse, args.leaves, args.shard,
-                             args.max_replicates)
+                             args.max_replicates, args.settle)
             for label, share, reuse in modes}
     load = os.getloadavg()
     out = {"replicates": args.replicates, "max_replicates": args.max_replicates, "seed": args.seed, "torch": torch.__version__, "ranks": comm.world,

@@ -71,28 +71,36 @@ STARTED_AT = _commit()
 
 
 def run_pair(p: model_zoo.Pair, replicates: int, backward: bool, max_replicates: int | None,
-             verbose: bool = True) -> dict:
+             verbose: bool = True, settle: bool | None = None) -> dict:
     """Certify pair ``p`` and return its record (JSON-ready)."""
     ref, prod = model_zoo.models(p, SEED)
     start = time.perf_counter()
 
     def on_event(kind, detail):
-        if kind == "row" and verbose:
+        if kind in ("row", "settle") and verbose:
+            going = f" held back at {detail['from']}: on to {detail['to']}" if kind == "settle" else ""
             print(f"  {time.perf_counter() - start:6.0f} s  row {detail['index'] + 1}/{detail['rows']} "
-                  f"{detail['module'] or '(model)'} {detail['direction']}", file=sys.stderr, flush=True)
+                  f"{detail['module'] or '(model)'} {detail['direction']}{going}", file=sys.stderr, flush=True)
 
     cert = kcert.certify_model(ref, prod, model_zoo.inputs(p.arch), loss=model_zoo.lm_loss, backward=backward,
                                name=p.name, replicates=replicates, seed=SEED, on_event=on_event,
-                               **({"max_replicates": max_replicates} if max_replicates else {}))
+                               settle=settle, **({"max_replicates": max_replicates} if max_replicates else {}))
     wall = time.perf_counter() - start
     first = cert.first_failure
     return {"pair": p.name, "arch": p.arch, "kind": p.kind, "half": p.half, "injected": p.module,
             "backward_only": p.backward_only, "source": p.source, "what": p.what, "replicates": replicates,
-            "max_replicates": max_replicates, "backward": backward, "commit": STARTED_AT,
+            "max_replicates": max_replicates, "settle_max_replicates": cert.provenance.get("settle_max_replicates"),
+            "backward": backward, "commit": STARTED_AT,
             "seed": SEED, "vocab": model_zoo.VOCAB, "wall_s": wall, "host": host.describe(),
             "verdict": cert.verdict.value,
             "first_failure": None if first is None else {"module": first.module, "direction": first.direction},
             "unmatched": [list(u) for u in cert.unmatched], "rows": [row_record(r) for r in cert.rows]}
+
+
+def _cap(rec: dict) -> str:
+    """The looks' cap, and the one rows held back went on to (records since the settle was the default)."""
+    cap = rec.get("max_replicates") or 4 * rec["replicates"]
+    return f"{cap}; held back: {rec['settle_max_replicates']}" if rec.get("settle_max_replicates") else str(cap)
 
 
 def judge(rec: dict) -> dict:
@@ -164,7 +172,7 @@ def markdown(records: list[dict], pending: list[model_zoo.Pair]) -> str:
             f"| `{r['pair']}` | {r['kind']} | {r['half']} | {('`' + r['injected'] + '`') if r['injected'] else '-'} | "
             f"{loc} | {_cell([x for x in mod_rows if x['verdict'] == 'FAIL'])} | "
             f"{_cell([x for x in mod_rows if x['verdict'] == 'WARN'], len(mod_rows))} | {e2e} | {len(mod_rows)} "
-            f"({j['skipped_rows']} skipped) | {r['replicates']} ({r.get('max_replicates') or 4 * r['replicates']}) | "
+            f"({j['skipped_rows']} skipped) | {r['replicates']} ({_cap(r)}) | "
             f"{'yes' if r.get('backward', True) else 'no'} | {_wall(r)} | "
             f"{'met' if j['met'] else 'MISSED: ' + j['why']} |")
     lines.append("")
@@ -203,6 +211,8 @@ def main(argv=None) -> None:
     ap.add_argument("--replicates", "-R", type=int, required=True)
     ap.add_argument("--max-replicates", type=int, default=None,
                     help="cap of the variance gate's adaptive looks (default kcert's, 4 R)")
+    ap.add_argument("--no-settle", dest="settle", action="store_false", default=None,
+                    help="rows held back for lack of evidence stop at the cap (the default before 2026-12-05)")
     ap.add_argument("--backward", choices=("all", "backward-only-defects"), default="all",
                     help="backward rows for every pair, or only for the defects whose forward is right")
     ap.add_argument("--pairs", nargs="*", default=None)
@@ -238,7 +248,8 @@ def _study(args, comm) -> None:
             continue
         if lead:
             print(f"{p.name} ({p.kind}, {p.half}) ...", flush=True)
-        rec = run_pair(p, args.replicates, args.backward == "all" or p.backward_only, args.max_replicates, lead)
+        rec = run_pair(p, args.replicates, args.backward == "all" or p.backward_only, args.max_replicates, lead,
+                       args.settle)
         rec["ranks"] = comm.world
         if lead:
             path.write_text(json.dumps(rec, indent=1))

@@ -16,7 +16,8 @@ from model_fixtures import SEQ, VOCAB, EpsOutside, FusedGain, swapped, tiny
 
 INPUTS = {"input_ids": kcert.Integers((2, SEQ), 0, VOCAB)}
 MODULES = kcert.Modules(names=("layers.0.norm1", "layers.0.attn", "layers.0.attn.qkv", "layers.1.mlp"))
-FAST = dict(modules=MODULES, end_to_end=False, replicates=8, peer_rules=False)
+FAST = dict(modules=MODULES, end_to_end=False, replicates=8, peer_rules=False,
+            settle=False)  # rows held back would go on from files in a temporary folder of their own
 
 
 def _without_times(d):

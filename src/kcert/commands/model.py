@@ -52,6 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="under torchrun, what the ranks share: each row's replicates (default), or whole rows taken "
                         "from one queue, costliest first: faster at a low -R with many rows (the same certificate "
                         "either way; docs/model.md)")
+    settle = p.add_mutually_exclusive_group()
+    settle.add_argument("--settle", type=int, default=None, metavar="N",
+                        help="rows WARNing only for lack of evidence at their last look go on to N replicates from "
+                             "their state (default: 4 times the cap, 16R, unless --max-replicates is given; "
+                             "docs/model.md)")
+    settle.add_argument("--no-settle", dest="settle", action="store_false",
+                        help="rows stop at their planned looks (the settle command is printed instead)")
     p.add_argument("--export-case", nargs=2, metavar=("MODULE", "OUT.py"), default=None,
                    help="write a case file for MODULE (its recorded inputs as the probe) for `kcert certify OUT.py`, "
                         "and certify nothing")
@@ -72,6 +79,17 @@ def _check(args) -> str | None:
         return problem
     if args.depth is not None and args.depth < 0:
         return f"--depth must be >= 0, got {args.depth}"
+    if args.settle is not None and args.settle is not False:  # a number: checked before anything is imported
+        from .. import settings
+        from ..errors import ParameterError
+        from ..settling import settle_cap
+
+        flags = {"settle": "--settle", **{k: f.name for k, f in settings.FLAGS.items()}}
+        try:
+            settle_cap(args.settle, args.replicates, args.max_replicates or 4 * args.replicates, args.max_replicates,
+                       "kcert model", flags.get)
+        except ParameterError as exc:
+            return str(exc)
     return None
 
 
@@ -98,6 +116,8 @@ def _command(args, pair: str) -> str:
         words += ["--padding", args.padding]
     if args.autocast:
         words += ["--autocast", args.autocast]
+    if args.settle is not None:
+        words += ["--no-settle"] if args.settle is False else ["--settle", str(args.settle)]
     return command_line(words, replicates=args.replicates, horizon=args.horizon, seed=args.seed,
                         max_replicates=args.max_replicates, device=args.device, flags=run_flags(args, {}))
 
@@ -178,9 +198,12 @@ def _settle(args, cert, n_pairs: int) -> tuple[list, str] | None:
     names = list(dict.fromkeys(r.module for r, _ in open_rows if r.module))
     again = Namespace(**{**vars(args), "modules": names, "types": None, "depth": None, "leaves": False,
                          "max_replicates": 4 * max(looks for _, looks in open_rows), "prior_max_replicates": None,
-                         "end_to_end": any(not r.module for r, _ in open_rows)})
+                         "end_to_end": any(not r.module for r, _ in open_rows), "settle": None})
     checkpoint = checkpoint_path(args.checkpoint, cert.name, n_pairs) if args.checkpoint else None
-    return open_rows, _command(again, cert.name) + " " + shlex.join(settle_flags(args, checkpoint))
+    # the rows' last plan: the run's cap, or the settle cap for rows that went on (started over, the command names it)
+    last_cap = max(r.certificate.provenance.max_replicates for r, _ in open_rows)
+    return open_rows, _command(again, cert.name) + " " + shlex.join(
+        settle_flags(Namespace(**{**vars(args), "max_replicates": last_cap}), checkpoint))
 
 
 def _settle_hint(args, cert, n_pairs: int) -> str | None:
@@ -226,13 +249,16 @@ def _certify(args, streams, pair, n_pairs: int, thresholds, remaining: float | N
             bar.update(task, completed=done, total=planned)
 
         def event(kind, detail):
-            if kind == "row":
+            if kind in ("row", "settle"):
                 label = f"{pair.name}: {detail['module'] or '(model)'} {detail['direction']} " \
                         f"({detail['index'] + 1}/{detail['rows']})"
-                bar.update(task, completed=0, description=label)
+                if kind == "settle":
+                    label += f", held back at {detail['from']}: on to {detail['to']}"
+                bar.update(task, description=label, **({"completed": 0} if kind == "row" else {}))
 
         return certify_model(pair.ref, pair.prod, pair.inputs, modules=_selection(args, pair), loss=pair.loss,
                              dtype=pair.dtype, name=pair.name, progress=tick, on_event=event, shard=args.shard,
+                             settle=args.settle,
                              **{**settings, "bias_thresholds": thresholds, "command": _command(args, pair.name)},
                              **options)
 

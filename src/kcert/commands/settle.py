@@ -8,28 +8,10 @@ certificate states the level over both plans)."""
 
 from __future__ import annotations
 
-from ..verdict import Verdict
+from ..settling import lack_of_evidence
 
 HOW_RESUMED = "more replicates decide; this continues from the checkpoint:"
 HOW_AGAIN = "more replicates decide (with --checkpoint, a rerun would continue from the replicates done), e.g.:"
-
-
-def lack_of_evidence(cert) -> int | None:
-    """The replicates of the last look when ``cert`` (a :class:`kcert.Certificate`) WARNs only because the variance
-    gate's looks ran out before it decided: every other gate PASSes (or SKIPPED with the user's acceptance) and no
-    check around the gates holds the verdict (a failed shape sweep, an adequacy fake not FAILed); else None."""
-    from ..gates.variance import undecided_at
-    from ..results.gates import VARIANCE
-
-    if cert.verdict is not Verdict.WARN:
-        return None
-    if any(v is not Verdict.PASS and g not in cert.accepted_skips for g, v in cert.gates.items()
-           if g != VARIANCE.name):
-        return None
-    if (cert.shape_sweep is not None and cert.shape_sweep.failed) or (
-            cert.adequacy is not None and cert.adequacy.blocks_pass):
-        return None
-    return undecided_at(cert.variance)
 
 
 def settle_flags(args, checkpoint: str | None) -> list[str]:

@@ -107,16 +107,17 @@ def extension_level(plans: list[dict], planned_looks: int) -> float:
 
 
 def extension_note(plans: list[dict] | None, schedule: list[int], looks: list[int],
-                   earlier: str = "the checkpoint's plan") -> str | None:
+                   earlier: str = "the checkpoint's plan", how: str | None = None) -> str | None:
     """A certificate's note when its looks (``looks``, done) went on past those judged under a lower cap on the
-    same draws (``earlier``: whose plan that was); else None (a run whose verdict came at a look judged under the
-    lower cap is that plan's certificate)."""
+    same draws (``earlier``: whose plan that was; ``how``: the words after "looks extended", by default said by
+    ``earlier``); else None (a run whose verdict came at a look judged under the lower cap is that plan's
+    certificate)."""
     if not plans or len(looks) <= sum(int(p["looks"]) for p in plans):
         return None
     level = extension_level(plans, len(schedule))
     before = ", then ".join(f"{p['max_replicates']} replicates ({p['looks']} of its {p['planned_looks']} looks judged)"
                             for p in plans)
-    how = "on resume" if earlier == "the checkpoint's plan" else "past an earlier plan"
+    how = how or ("on resume" if earlier == "the checkpoint's plan" else "past an earlier plan")
     return (f"looks extended {how}: {earlier} ended at {before}, this run's at {schedule[-1]} "
             f"({len(schedule)} looks, each at alpha/{len(schedule)}); over the looks judged under each plan on the same "
             f"draws, a false PASS has probability at most {level:.3g} x alpha, not alpha (docs/method.md, Stopping)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -32,6 +33,7 @@ from .rename import Rename, RenameSpec, adapters
 from .results import ModelCertificate, ModuleRow
 from .select import (Modules, compiled_whole, eager_model, eagerly, match, never_ran,
                      parameter_differences, select, trace)
+from .settle import goes_on, refresh_kernels, saved_cap, settle_cap, settled
 from .shard import SHARDS, run_shared
 from .state import buffers_kept
 from .store import RecordingStore
@@ -165,7 +167,7 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
                   name: str = "model", padding: str | None = PADDING, shard: str = "replicates",
                   rename: RenameSpec | Rename | None = None, adapt: Mapping[str, Callable] | None = None,
                   autocast: torch.dtype | None = None, settings: Settings | int | None = None,
-                  progress: Callable[[int, int], None] | None = None,
+                  settle: bool | int | None = None, progress: Callable[[int, int], None] | None = None,
                   on_event: Callable[[str, dict], None] | None = None, **overrides) -> ModelCertificate:
     """Certify a model pair module by module: each selected module of prod against ref's module of the same
     qualified name, both run on the inputs ref's module receives in the model (recorded per replicate),
@@ -222,12 +224,20 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
         forward: Hugging Face's ``Trainer(bf16=True)``): every working-precision call of either model, the recording
         forwards included, runs under ``torch.autocast`` of this dtype, and harm is judged in its ULPs; give the
         models' own ``dtype`` (float32). The float64 oracle runs without it (docs/model.md, "Mixed precision").
+    settle : bool, int or None, default None
+        Rows held back for lack of evidence go on: a row that WARNs only because the variance gate's looks ran out
+        before it decided (every other gate PASSes) continues from its checkpoint (the run's, else a temporary one)
+        to this many replicates, computing only the further looks' replicates; its certificate states the level
+        over both plans (at most 1.4 alpha from 4R to 16R; docs/model.md, "Rows held back go on"). None: 4 times
+        the cap (16R by default) unless ``max_replicates`` is given (then a cap: off); True: 4 times the cap;
+        False: off; a number: the cap times a power of 2.
     settings, progress, on_event, **overrides
         As :func:`kcert.certify`, for every row, except that the algebra gate's symbolic proof is off unless
         ``algebra_proof=True`` is given (modules close over their sizes, so it is rarely reached and costly); a
         ``checkpoint`` is one file per row beside it (``stem.<index>-<module>-<direction>.npz``), so
         ``resume=True`` continues an interrupted run row by row; ``max_time`` bounds the whole call, every row
-        together. ``on_event("row", {...})`` is told each row as it starts.
+        together. ``on_event("row", {...})`` is told each row as it starts, ``on_event("settle", {...})`` each
+        row that goes on.
 
     Returns
     -------
@@ -279,14 +289,15 @@ def certify_model(ref_model: nn.Module, prod_model: nn.Module, inputs: Mapping[s
     with buffers_kept((("ref", ref_model), ("prod", prod_model)), restored), \
             autocast_models((ref_model, prod_model), autocast):  # every working-precision call of either model
         cert = _certify_model(ref_model, prod_model, inputs, constants, modules, backward, end_to_end, loss, dtype,
-                              name, padding, shard, rename, adapt, autocast, settings, progress, on_event, overrides)
+                              name, padding, shard, rename, adapt, autocast, settings, settle, progress, on_event,
+                              overrides)
     if restored:
         cert.provenance["buffers_restored"] = restored
     return cert
 
 
 def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, end_to_end, loss, dtype, name, padding,
-                   shard, rename, adapt, autocast, settings, progress, on_event, overrides) -> ModelCertificate:
+                   shard, rename, adapt, autocast, settings, settle, progress, on_event, overrides) -> ModelCertificate:
     """:func:`certify_model`'s work, inside its autocast hooks (the arguments are certify_model's; ``inputs`` the
     probes, ``constants`` the constant keywords, ``dtype`` the working precision)."""
     if shard not in SHARDS:
@@ -294,7 +305,10 @@ def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, 
     plain = settings is None or (isinstance(settings, int) and not isinstance(settings, bool))  # not a Settings built
     if plain and "algebra_proof" not in overrides:
         overrides["algebra_proof"] = PROOF
-    settings = Settings.build(settings, **overrides).check()
+    settings = Settings.build(settings, **overrides)
+    given_cap = settings.max_replicates  # None: the default looks, which rows held back go on from
+    settings = settings.check()
+    cap = settle_cap(settle, settings.replicates, settings.max_replicates, given_cap, f"certify_model({name!r})")
     modules = modules or Modules()
     start = time.perf_counter()
     refuse_unknown_keywords(ref_model, constants, "ref_model", f"certify_model({name!r})")
@@ -334,9 +348,14 @@ def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, 
 
     deadline = None if settings.max_time is None else time.monotonic() + settings.max_time  # the whole call's
 
+    scratch = contextlib.ExitStack()  # a temporary folder for the rows' files when rows go on without a checkpoint
+    base = settings.checkpoint
+    if cap is not None and base is None:
+        base = str(Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="kcert-settle-"))) / "row.npz")
+
     def run(job: _Job) -> ModuleRow:
         label = f"{job.module or '(model)'} {job.direction}"
-        path = row_checkpoint(settings.checkpoint, job.index, job.module, job.direction)
+        path = row_checkpoint(base, job.index, job.module, job.direction)
         comm = distributed.current()  # the group, or this rank alone when whole rows are shared out
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and comm.broadcast(left <= 0):  # rank 0's clock decides for all (alone: its own)
@@ -355,11 +374,27 @@ def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, 
         row_settings = dataclasses.replace(settings, checkpoint=path, command=settings.command,
                                            resume=settings.resume and not fresh,
                                            max_time=None if left is None else max(left, 1e-3))
+        went_on = row_settings.resume and cap is not None and comm.broadcast(
+            saved_cap(path) == cap if comm.rank == 0 else None)  # a row an earlier run let go on: its file's plan
+        if went_on:
+            row_settings = dataclasses.replace(row_settings, max_replicates=cap)
         try:
             cert = certify(job.case, row_settings, progress=progress, on_event=on_event)
+            if not went_on and goes_on(cert, cap, comm):
+                if on_event is not None:
+                    on_event("settle", {"module": job.module, "direction": job.direction, "index": job.index,
+                                        "rows": total, "from": cert.provenance.replicates, "to": cap})
+                if comm.rank == 0:  # the rank that reads and writes checkpoints
+                    refresh_kernels(path, job.case)
+                left = None if deadline is None else max(deadline - time.monotonic(), 1e-3)
+                cert = certify(job.case, dataclasses.replace(row_settings, max_replicates=cap, resume=True,
+                                                             max_time=left), progress=progress, on_event=on_event)
+                went_on = True
         except TimeLimitReached as exc:
             raise ModelTimeLimitReached(name, label, job.index, total, settings.max_time, settings.checkpoint,
                                         exc) from exc
+        if went_on:
+            cert = settled(cert, settings.replicates, cap, temporary=settings.checkpoint is None)
         return ModuleRow(job.module, job.kind, job.prod_kind, job.direction, job.order, cert, None, job.notes,
                          job.prod_module)
 
@@ -389,7 +424,7 @@ def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, 
                               type(prod_model).__name__, whole_notes + ((WHOLE_COMPILE,) if whole_compile else ()),
                               _parameters(ref_model)))
         comm = distributed.current()
-        with store:  # the end-to-end row inside it too: ref's model outputs of the draws it recorded are kept there
+        with store, scratch:  # the end-to-end row inside the store too: ref's model outputs of its draws are kept
             rows = _run_rows(slots, run, shard, comm)
     provenance = {"seed": settings.seed, "replicates": settings.replicates, "dtype": str(dtype).removeprefix("torch."),
                   "inputs": {**{k: p.describe() for k, p in inputs.items()},
@@ -399,6 +434,8 @@ def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, 
                   "modules_prod": len(matching.prod), "padding": padding}
     if rename is not None:  # the rules, and every matched module whose name prod's model gives otherwise
         provenance.update(rename=rename.describe(), renamed=dict(matching.prod_names))
+    if cap is not None:  # rows held back for lack of evidence went on to this many replicates
+        provenance["settle_max_replicates"] = cap
     if comm.world > 1:  # under torchrun: how many ranks ran it and what they shared (the rows are the same either way)
         provenance.update(ranks=comm.world, shard=shard)
     if launched:
