@@ -2,7 +2,8 @@
 "Settling a variance WARN"). Three ``kcert model`` commands on one zoo pair (benchmarks/model_zoo_pairs.py), one
 after another, timed whole (each its own process, the start included):
 
-1. ``first``: the chosen modules at kcert's default looks (R, up to 4R), with ``--checkpoint``;
+1. ``first``: the chosen modules at kcert's default looks (R, up to 4R), with ``--checkpoint`` and ``--no-settle``
+   (since 2026-12-05 ``kcert model`` lets rows held back go on by itself: docs/model.md, "Rows held back go on");
 2. ``settle``: the command ``first`` printed for the rows it held back for lack of evidence, as printed (their
    modules, ``--max-replicates`` 4x the last look, ``--checkpoint ... --resume``);
 3. ``fresh``: the same command without ``--checkpoint``/``--resume``: the rows started over with the larger cap.
@@ -129,7 +130,8 @@ def main() -> None:
         work = Path(folder)
         first = ["model", str(HERE / "model_zoo_pairs.py"), "--case", args.pair, "--threads", "1",
                  "--replicates", str(args.replicates), *chosen,
-                 "--checkpoint", str(work / "ck.npz"), "--quiet"]
+                 "--checkpoint", str(work / "ck.npz"), "--quiet",
+                 "--no-settle"]  # the two steps a user took before rows held back went on in one run (the default)
         first_wall = _run(first, env, args.ranks, work / "first.json")
         settle = _settle_command(work / "first.json")
         if settle is None:  # nothing to settle: the first run's rows are the result

@@ -50,6 +50,8 @@ def test_a_row_held_back_goes_on_as_its_settle_command_would(tmp_path):
     assert [d["direction"] for k, d in events if k == "settle"] == ["backward"]
     assert any(n.startswith(SETTLED) for n in backward.certificate.notes), backward.certificate.notes
     assert backward.certificate.provenance.resumed is None  # a temporary file: not a resume the user can repeat
+    assert backward.went_on_from == 100 and forward.went_on_from is None
+    assert f"went on from 100 to {backward.certificate.provenance.replicates} replicates" in backward.figure
 
     # the two steps a user takes without it: the run with a checkpoint, then its settle command (a resume)
     kcert.certify_model(ref, prod, INPUTS, max_replicates=100, settle=False, checkpoint=tmp_path / "run.npz",
@@ -74,6 +76,7 @@ def test_a_settled_row_resumes_under_its_plan_and_the_default_lets_rows_go_on(tm
         assert _without_notes(mine.certificate) == _without_notes(theirs.certificate)
     assert again.row("layers.0.norm2", "backward").certificate.provenance.resumed["checkpoint"].endswith(
         "run.001-layers.0.norm2-backward.npz")
+    assert [r.went_on_from for r in again.rows] == [r.went_on_from for r in first.rows] == [None, 100]
     # by default (no cap given) rows go on to 4 times the cap: R = 25, looks 25..100, then on to 400
     default = kcert.certify_model(ref, prod, INPUTS, **{**OPTIONS, "replicates": 25})
     assert default.provenance["settle_max_replicates"] == 400
@@ -107,6 +110,7 @@ def test_the_command_line_lets_rows_go_on_and_says_how_it_ran(tmp_path, capsys):
     assert main([*words, "--settle", "400", "--json", str(tmp_path / "on.json")]) == 0
     report = json.loads((tmp_path / "on.json").read_text())
     assert [r["verdict"] for r in report["rows"]] == ["PASS", "PASS"] and report["settle_command"] is None
+    assert [r["went_on_from"] for r in report["rows"]] == [None, 100]
     assert report["provenance"]["settle_max_replicates"] == 400
     assert "--settle 400" in report["rows"][1]["certificate"]["provenance"]["command"]
     capsys.readouterr()

@@ -393,10 +393,10 @@ def _certify_model(ref_model, prod_model, inputs, constants, modules, backward, 
         except TimeLimitReached as exc:
             raise ModelTimeLimitReached(name, label, job.index, total, settings.max_time, settings.checkpoint,
                                         exc) from exc
-        if went_on:
+        if went_on:  # held back at its plan's last look, the run's cap
             cert = settled(cert, settings.replicates, cap, temporary=settings.checkpoint is None)
         return ModuleRow(job.module, job.kind, job.prod_kind, job.direction, job.order, cert, None, job.notes,
-                         job.prod_module)
+                         job.prod_module, settings.max_replicates if went_on else None)
 
     launched, ref_launched = triton_launches(prod_model, kwargs, prod_extra, dtype, name, ref_model, extra, autocast)
     whole_compile = compiled_whole(prod_model)

@@ -98,6 +98,7 @@ def row_dict(cert: ModelCertificate, row: ModuleRow) -> dict:
         "variance_u": None if c is None else _number(variance_bound(c)),
         "variance_held_back_at": None if c is None else variance_held_back(c),
         "variance_undecided_at": None if c is None else variance_undecided(c),
+        "went_on_from": row.went_on_from,
         "includes": list(cert.failing_descendants(row)) if row.verdict is Verdict.FAIL else [],
         "skipped_reason": row.skipped_reason, "notes": list(row.notes),
         "certificate": None if c is None else to_dict(c),

@@ -36,6 +36,9 @@ class ModuleRow:
         What the row leaves out (outputs of one model only, vanishing gradients).
     prod_module : str or None
         prod's own qualified name of the module when ``rename`` gave it ref's (``module``), else None.
+    went_on_from : int or None
+        The replicates of the last planned look when the row, held back there for lack of evidence, went on to
+        ``certify_model``'s settle cap (docs/model.md, "Rows held back go on"); else None.
     """
 
     module: str
@@ -47,6 +50,7 @@ class ModuleRow:
     skipped_reason: str | None = None
     notes: tuple[str, ...] = ()
     prod_module: str | None = None
+    went_on_from: int | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -90,6 +94,8 @@ class ModuleRow:
             parts.append(f"U {u:.3g}" + (f" (held back at {held} replicates: more decide)" if held is not None else
                                          f" (undecided at {undecided} replicates: more decide)"
                                          if undecided is not None else ""))
+        if self.went_on_from is not None:
+            parts.append(f"went on from {self.went_on_from} to {cert.provenance.replicates} replicates")
         return ", ".join(parts) if parts else cert.verdict.value
 
     @property
