@@ -70,7 +70,7 @@ LAYERS = (
     ("gates", ("kcert.gates",)),
     ("core", ("kcert.core",)),
     ("checks", ("kcert.checks",)),
-    ("certification", ("kcert.certification",)),
+    ("certification", ("kcert.certification", "kcert.settling")),
     ("report", ("kcert.report",)),
     ("sources", ("kcert.adapters", "kcert.step", "kcert.training", "kcert.model")),
     ("controls", ("kcert.controls",)),
