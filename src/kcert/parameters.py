@@ -60,6 +60,13 @@ def replicates(name: str, value, max_name: str | None = None, max_value=None) ->
     return r, cap
 
 
+def doubles_from(replicates: int, cap: int) -> bool:
+    """Whether ``cap`` is ``replicates`` times a power of 2: the looks R, 2R, 4R, ... reach it without a step cut
+    short, so a larger cap's looks begin with them (docs/method.md, "Raising the cap after the last look")."""
+    doublings, rest = divmod(cap, replicates)
+    return rest == 0 and doublings >= 1 and not doublings & (doublings - 1)
+
+
 def ulp_floor(name: str, value) -> float:
     """The bias gate's floor in ULPs: a finite number >= 0."""
     try:

@@ -244,8 +244,7 @@ def _check_prior(spell: Callable[[str], str], replicates: int, max_replicates: i
         raise ParameterError(f"{name} must be an integer from {spell('replicates')} ({replicates}) to below "
                              f"{spell('max_replicates')} ({max_replicates}): the earlier run's cap, lower than this "
                              f"run's; got {prior!r}")
-    doublings = prior // replicates
-    if prior % replicates or doublings & (doublings - 1):
+    if not parameters.doubles_from(replicates, prior):
         raise ParameterError(f"{name} {prior} is not {spell('replicates')} ({replicates}) times a power of 2: that "
                              f"run's last look was cut short, no larger cap plans it, and its draws cannot be judged "
                              f"again as one plan's first looks")

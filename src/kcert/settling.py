@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .errors import ParameterError
+from .parameters import doubles_from
 from .verdict import Verdict
 
 
@@ -48,22 +49,14 @@ def settle_cap(settle, replicates: int, max_replicates: int, given_cap: int | No
     else:
         raise ParameterError(f"{where}: {spell('settle')} must be True, False, None or a number of replicates, "
                              f"got {settle!r}")
-    if max_replicates not in _doublings(replicates, max_replicates):
+    if not doubles_from(replicates, max_replicates):
         raise ParameterError(f"{where}: rows held back cannot go on past {spell('max_replicates')} {max_replicates}: "
                              f"it is not {spell('replicates')} ({replicates}) times a power of 2, so no larger cap plans "
                              f"its looks; turn {spell('settle')} off, or give such a cap")
-    if cap <= max_replicates or cap not in _doublings(replicates, cap):
+    if cap <= max_replicates or not doubles_from(replicates, cap):
         raise ParameterError(f"{where}: {spell('settle')} must be {spell('max_replicates')} ({max_replicates}) times a "
                              f"power of 2 above it (e.g. {4 * max_replicates}), got {cap}")
     return cap
-
-
-def _doublings(replicates: int, upto: int) -> list[int]:
-    """R, 2R, 4R, ... up to the first at or above ``upto``."""
-    looks = [replicates]
-    while looks[-1] < upto:
-        looks.append(2 * looks[-1])
-    return looks
 
 
 __all__ = ["lack_of_evidence", "settle_cap"]

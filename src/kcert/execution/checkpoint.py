@@ -173,14 +173,15 @@ class _suppress:
         return exc[0] is not None and issubclass(exc[0], OSError)
 
 
-def read(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+def read(path: str | os.PathLike, arrays: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
+    """The checkpoint's record and its arrays (``arrays=False``: the record alone, the arrays left unread)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist (--resume needs a checkpoint written by --checkpoint)")
     try:
         with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-        meta = json.loads(str(arrays.pop("meta")))
+            loaded = {k: data[k] for k in data.files if arrays or k == "meta"}
+        meta = json.loads(str(loaded.pop("meta")))
     except OSError as exc:
         raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {exc.strerror or exc}") from None
     except Exception:  # noqa: BLE001 - numpy, zipfile and json each raise their own kind on a bad file
@@ -191,7 +192,7 @@ def read(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
         older = " (written by an older kcert: start a new run)" if isinstance(found, str) and \
             found.startswith("kcert.checkpoint/") else ""
         raise CheckpointError(f"checkpoint {str(path)!r} has format {found!r}, expected {FORMAT!r}{older}")
-    return meta, arrays
+    return meta, loaded
 
 
 def check_fingerprint(path, saved: dict, expected: dict) -> None:

@@ -20,6 +20,7 @@ from ..certification import certify
 from ..errors import CaseError, CheckpointError, KcertError, ModelTimeLimitReached, TimeLimitReached
 from ..execution import distributed, seeding
 from ..settings import Settings
+from ..settling import settle_cap
 from .amp import AUTOCAST_DTYPES, autocast_models
 from .cases import adapted, end_to_end_case, module_cases
 from .inputs import forward_extras, precision_warning, refuse_unknown_keywords, split_inputs, working_dtype
@@ -33,7 +34,7 @@ from .rename import Rename, RenameSpec, adapters
 from .results import ModelCertificate, ModuleRow
 from .select import (Modules, compiled_whole, eager_model, eagerly, match, never_ran,
                      parameter_differences, select, trace)
-from .settle import goes_on, refresh_kernels, saved_cap, settle_cap, settled
+from .settle import goes_on, refresh_kernels, saved_cap, settled
 from .shard import SHARDS, run_shared
 from .state import buffers_kept
 from .store import RecordingStore

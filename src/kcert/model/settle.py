@@ -16,7 +16,7 @@ from ..execution import checkpoint
 from ..execution.checkpoint import extension_note
 from ..execution.fingerprint import case_fingerprint
 from ..execution.schedule import look_schedule
-from ..settling import lack_of_evidence, settle_cap
+from ..settling import lack_of_evidence
 
 EARLIER = "the row's first plan"  # the words of a settled row's note, where a resume says "the checkpoint's plan"
 
@@ -27,7 +27,7 @@ def saved_cap(path: str | None) -> int | None:
     if path is None or not os.path.exists(path):
         return None
     try:
-        meta, _ = checkpoint.read(path)
+        meta, _ = checkpoint.read(path, arrays=False)
         return int((meta.get("fingerprint") or {})["max_replicates"])
     except (CheckpointError, KeyError, TypeError, ValueError):
         return None  # the resume itself names what is wrong with the file
@@ -67,4 +67,4 @@ def settled(cert, replicates: int, cap: int, temporary: bool):
     return dataclasses.replace(cert, notes=notes, provenance=provenance)
 
 
-__all__ = ["EARLIER", "goes_on", "refresh_kernels", "saved_cap", "settle_cap", "settled"]
+__all__ = ["EARLIER", "goes_on", "refresh_kernels", "saved_cap", "settled"]
