@@ -202,8 +202,7 @@ def _settle(args, cert, n_pairs: int) -> tuple[list, str] | None:
     checkpoint = checkpoint_path(args.checkpoint, cert.name, n_pairs) if args.checkpoint else None
     # the rows' last plan: the run's cap, or the settle cap for rows that went on (started over, the command names it)
     last_cap = max(r.certificate.provenance.max_replicates for r, _ in open_rows)
-    return open_rows, _command(again, cert.name) + " " + shlex.join(
-        settle_flags(Namespace(**{**vars(args), "max_replicates": last_cap}), checkpoint))
+    return open_rows, _command(again, cert.name) + " " + shlex.join(settle_flags(args, checkpoint, last_cap))
 
 
 def _settle_hint(args, cert, n_pairs: int) -> str | None:

@@ -14,12 +14,12 @@ HOW_RESUMED = "more replicates decide; this continues from the checkpoint:"
 HOW_AGAIN = "more replicates decide (with --checkpoint, a rerun would continue from the replicates done), e.g.:"
 
 
-def settle_flags(args, checkpoint: str | None) -> list[str]:
+def settle_flags(args, checkpoint: str | None, last_cap: int | None = None) -> list[str]:
     """What the settle command adds after the run's own words: how it continues (``checkpoint``: the file this
-    case or pair wrote, None without one)."""
+    case or pair wrote, None without one; ``last_cap``: the cap the rows last ran under, when not the run's own)."""
     if checkpoint:
         return ["--checkpoint", checkpoint, "--resume"]
-    return ["--prior-max-replicates", str(args.max_replicates or 4 * args.replicates)]
+    return ["--prior-max-replicates", str(last_cap or args.max_replicates or 4 * args.replicates)]
 
 
 def how(resumed: bool) -> str:
